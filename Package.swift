@@ -1,0 +1,33 @@
+// swift-tools-version:6.0
+// coffer: an encrypted directory for Linux. The targets follow the layers of the
+// product brief; each is testable without the ones above it.
+import PackageDescription
+
+let package = Package(
+    name: "coffer",
+    products: [
+        .executable(name: "coffer", targets: ["coffer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // Layer 1: C shims, nothing else.
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium",
+                       providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
+                       providers: [.apt(["libfuse3-dev"])]),
+        // Layer 2: the crypto engine — bytes in, bytes out.
+        .target(name: "CofferCrypto", dependencies: ["CSodium"]),
+        // Layer 3: the backing-directory format.
+        .target(name: "CofferVault", dependencies: ["CofferCrypto"]),
+        // Layer 6: the command line.
+        .executableTarget(name: "coffer", dependencies: [
+            "CofferCrypto", "CofferVault",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
+        .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

@@ -1,0 +1,2 @@
+// The libsodium headers, for Swift. Nothing else belongs here.
+#include <sodium.h>

@@ -1,0 +1,139 @@
+// ContentCipher seals and opens file content blocks with XChaCha20-Poly1305, each
+// bound to its file and its index; it works in caller-provided buffers only.
+import CSodium
+
+/// The random per-file ID stored in a file's header; part of every block's associated data.
+public struct FileID: Equatable, Hashable, Sendable {
+    /// Size in bytes (128 bits: collisions between files are negligible).
+    public static let size = 16
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) {
+        precondition(bytes.count == FileID.size)
+        self.bytes = bytes
+    }
+
+    public static func random() -> FileID { FileID(bytes: Sodium.randomArray(count: size)) }
+}
+
+public struct ContentCipher: Sendable {
+    /// Plaintext bytes per block: 4 KiB, the page size, so one kernel page is one block.
+    public static let blockSize = 4096
+    /// Nonce bytes at the start of each ciphertext block (XChaCha20: 192-bit random nonces).
+    public static let nonceSize = Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES)
+    /// Poly1305 tag bytes at the end of each ciphertext block.
+    public static let tagSize = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+    /// Bytes each block grows by: 40, i.e. 0.98% of a full 4096-byte block.
+    public static let overhead = nonceSize + tagSize
+    /// Bytes of a full ciphertext block.
+    public static let cipherBlockSize = blockSize + overhead
+    /// Associated data: file ID (16) ‖ block index as big-endian UInt64 (8).
+    static let adSize = FileID.size + 8
+
+    let key: SecureBytes
+
+    public init(key: SecureBytes) {
+        precondition(key.count == Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES))
+        self.key = key
+    }
+
+    /// Ciphertext length of a run of plaintext: full blocks plus one partial block.
+    public static func cipherLength(plainLength: Int) -> Int {
+        let full = plainLength / blockSize, rest = plainLength % blockSize
+        return full * cipherBlockSize + (rest > 0 ? rest + overhead : 0)
+    }
+
+    /// Seals `plaintext` (consecutive blocks from `firstBlock`, the last may be short)
+    /// into `ciphertext`, which must hold `cipherLength(plainLength:)` bytes.
+    /// All nonces come from one CSPRNG call; nothing is allocated on the heap.
+    public func seal(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                     into ciphertext: UnsafeMutableRawBufferPointer) {
+        let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
+        precondition(ciphertext.count >= Self.cipherLength(plainLength: plaintext.count))
+        guard blocks > 0 else { return }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: blocks * Self.nonceSize) { nonces in
+            Sodium.randomBytes(UnsafeMutableRawBufferPointer(nonces))
+            for i in 0..<blocks {
+                sealOne(plaintext, block: i, firstBlock: firstBlock, fileID: fileID,
+                        nonce: UnsafeRawPointer(nonces.baseAddress! + i * Self.nonceSize), into: ciphertext)
+            }
+        }
+    }
+
+    /// Seals one block with a caller-chosen nonce. Only known-answer tests call this;
+    /// reusing a nonce under the same key would break confidentiality.
+    public func sealBlockWithFixedNonce(_ plaintext: UnsafeRawBufferPointer, blockIndex: UInt64,
+                                        fileID: FileID, nonce: [UInt8],
+                                        into ciphertext: UnsafeMutableRawBufferPointer) {
+        precondition(plaintext.count <= Self.blockSize && nonce.count == Self.nonceSize)
+        nonce.withUnsafeBytes { n in
+            sealOne(plaintext, block: 0, firstBlock: blockIndex, fileID: fileID,
+                    nonce: n.baseAddress!, into: ciphertext)
+        }
+    }
+
+    @inline(__always)
+    private func sealOne(_ plaintext: UnsafeRawBufferPointer, block i: Int, firstBlock: UInt64,
+                         fileID: FileID, nonce: UnsafeRawPointer,
+                         into ciphertext: UnsafeMutableRawBufferPointer) {
+        let plainStart = i * Self.blockSize
+        let plainCount = Swift.min(Self.blockSize, plaintext.count - plainStart)
+        let out = ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self) + i * Self.cipherBlockSize
+        out.update(from: nonce.assumingMemoryBound(to: UInt8.self), count: Self.nonceSize)
+        withAssociatedData(fileID: fileID, blockIndex: firstBlock + UInt64(i)) { ad in
+            var written: UInt64 = 0
+            _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
+                out + Self.nonceSize, &written,
+                plaintext.baseAddress!.assumingMemoryBound(to: UInt8.self) + plainStart, UInt64(plainCount),
+                ad.baseAddress, UInt64(ad.count), nil, out, key.bytes)
+        }
+    }
+
+    /// Opens consecutive ciphertext blocks starting at block `firstBlock` into `plaintext`,
+    /// which must hold the plaintext length. An all-zero block is a hole and opens as zeros.
+    /// Returns the number of plaintext bytes written; throws for the first bad block.
+    @discardableResult
+    public func open(_ ciphertext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                     into plaintext: UnsafeMutableRawBufferPointer) throws -> Int {
+        var cipherOffset = 0, plainOffset = 0, index = firstBlock
+        let cbase = ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        let pbase = plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self)
+        while cipherOffset < ciphertext.count {
+            let length = Swift.min(Self.cipherBlockSize, ciphertext.count - cipherOffset)
+            guard length > Self.overhead else {
+                throw CryptoError.blockTooShort(blockIndex: index, length: length)
+            }
+            let plainLength = length - Self.overhead
+            precondition(plainOffset + plainLength <= plaintext.count)
+            let block = cbase! + cipherOffset
+            if sodium_is_zero(block, length) == 1 {
+                (pbase! + plainOffset).initialize(repeating: 0, count: plainLength)
+            } else {
+                let rc = withAssociatedData(fileID: fileID, blockIndex: index) { ad -> Int32 in
+                    var written: UInt64 = 0
+                    return crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        pbase! + plainOffset, &written, nil, block + Self.nonceSize,
+                        UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block, key.bytes)
+                }
+                guard rc == 0 else { throw CryptoError.blockAuthenticationFailed(blockIndex: index) }
+            }
+            cipherOffset += length
+            plainOffset += plainLength
+            index += 1
+        }
+        return plainOffset
+    }
+
+    @inline(__always)
+    private func withAssociatedData<R>(fileID: FileID, blockIndex: UInt64,
+                                       _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.adSize) { ad in
+            _ = ad.initialize(from: fileID.bytes)
+            var big = blockIndex.bigEndian
+            withUnsafeBytes(of: &big) { raw in
+                for j in 0..<8 { ad[FileID.size + j] = raw[j] }
+            }
+            return body(UnsafeBufferPointer(ad))
+        }
+    }
+}

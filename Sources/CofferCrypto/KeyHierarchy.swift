@@ -1,0 +1,78 @@
+// KeyHierarchy derives the per-purpose subkeys from the master key (crypto_kdf).
+import CSodium
+
+/// What a subkey is for. The raw value is the crypto_kdf subkey id; changing one
+/// changes the on-disk format (docs/FORMAT.md, "Key hierarchy").
+public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
+    /// XChaCha20-Poly1305 key for file content blocks.
+    case content = 1
+    /// BLAKE2b key computing the synthetic IV of file names.
+    case nameMAC = 2
+    /// XChaCha20 key encrypting file names.
+    case nameStream = 3
+    /// XChaCha20-Poly1305 key for metadata: symlink targets and xattr values.
+    case metadata = 4
+    /// BLAKE2b key computing the synthetic IV of xattr names.
+    case xattrNameMAC = 5
+    /// XChaCha20 key encrypting xattr names.
+    case xattrNameStream = 6
+}
+
+/// The master key: 32 random bytes in secure memory. It only ever exists unwrapped
+/// between unlock and the derivation of the subkeys.
+public final class MasterKey: @unchecked Sendable {
+    /// Size of the master key and of every subkey, in bytes (256 bits).
+    public static let size = 32
+    /// crypto_kdf context: exactly 8 bytes, names the format generation.
+    static let kdfContext: [CChar] = Array("coffer01".utf8CString)
+
+    public let secret: SecureBytes
+
+    /// Takes ownership of `secret`, which must hold exactly 32 bytes.
+    public init(secret: SecureBytes) {
+        precondition(secret.count == MasterKey.size)
+        self.secret = secret
+    }
+
+    /// A fresh random master key for a new vault.
+    public static func generate() -> MasterKey { MasterKey(secret: .random(count: size)) }
+
+    /// The subkey for `purpose` (crypto_kdf_derive_from_key, BLAKE2b-based).
+    public func subkey(_ purpose: SubkeyPurpose) -> SecureBytes {
+        let sub = SecureBytes(count: MasterKey.size)
+        let rc = MasterKey.kdfContext.withUnsafeBufferPointer { context in
+            crypto_kdf_derive_from_key(sub.bytes, MasterKey.size, purpose.rawValue,
+                                       context.baseAddress!, secret.bytes)
+        }
+        precondition(rc == 0, "crypto_kdf_derive_from_key failed")
+        return sub
+    }
+
+    /// Zeroes the master key now rather than when the last reference goes.
+    public func wipe() { secret.wipe() }
+}
+
+/// Every key the vault needs at run time, derived once at unlock. The master key
+/// itself is not kept: only these subkeys stay in memory while unlocked.
+public final class KeySet: @unchecked Sendable {
+    public let content: ContentCipher
+    public let names: NameCipher
+    public let xattrNames: NameCipher
+    public let metadata: SealedBox
+
+    public init(master: MasterKey) {
+        content = ContentCipher(key: master.subkey(.content))
+        names = NameCipher(macKey: master.subkey(.nameMAC), streamKey: master.subkey(.nameStream))
+        xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
+                                streamKey: master.subkey(.xattrNameStream))
+        metadata = SealedBox(key: master.subkey(.metadata))
+    }
+
+    /// Zeroes every subkey. The KeySet must not be used afterwards.
+    public func wipe() {
+        content.key.wipe()
+        names.wipe()
+        xattrNames.wipe()
+        metadata.key.wipe()
+    }
+}

@@ -1,0 +1,65 @@
+// SecureBytes holds a key or a passphrase in sodium_malloc memory: guard pages,
+// mlock'ed against swapping, zeroed when wiped or freed.
+import CSodium
+
+/// A fixed-size secret buffer. Its bytes are only ever lent out through closures;
+/// nothing in the engine copies them into ordinary Swift arrays or strings.
+public final class SecureBytes: @unchecked Sendable {
+    /// Number of bytes in the buffer.
+    public let count: Int
+    private let base: UnsafeMutableRawPointer
+
+    /// A zero-filled secret buffer of `count` bytes (at least one byte is allocated).
+    public init(count: Int) {
+        precondition(count >= 0)
+        Sodium.ensureInitialized()
+        guard let pointer = sodium_malloc(Swift.max(count, 1)) else {
+            fatalError("sodium_malloc(\(count)) failed: out of locked memory")
+        }
+        self.count = count
+        self.base = pointer
+        sodium_memzero(pointer, Swift.max(count, 1))
+    }
+
+    /// A buffer of `count` random bytes.
+    public static func random(count: Int) -> SecureBytes {
+        let secret = SecureBytes(count: count)
+        secret.withUnsafeMutableBytes { Sodium.randomBytes($0) }
+        return secret
+    }
+
+    /// A new secret buffer holding the first `length` bytes of this one.
+    public func prefix(_ length: Int) -> SecureBytes {
+        precondition(length <= count)
+        let copy = SecureBytes(count: length)
+        if length > 0 { copy.base.copyMemory(from: base, byteCount: length) }
+        return copy
+    }
+
+    deinit {
+        // sodium_free zeroes the region before unmapping it.
+        sodium_free(base)
+    }
+
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(start: base, count: count))
+    }
+
+    public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+    }
+
+    /// Typed pointer to the first byte, for C calls that take `unsigned char *`.
+    var bytes: UnsafeMutablePointer<UInt8> { base.assumingMemoryBound(to: UInt8.self) }
+
+    /// Overwrites every byte with zeros (sodium_memzero: not optimised away).
+    public func wipe() { sodium_memzero(base, count) }
+
+    /// True if every byte is zero, checked in constant time (sodium_is_zero).
+    public var isAllZero: Bool { count == 0 || sodium_is_zero(bytes, count) == 1 }
+
+    /// Constant-time equality (sodium_memcmp); buffers of different size are unequal.
+    public func constantTimeEquals(_ other: SecureBytes) -> Bool {
+        count == other.count && (count == 0 || sodium_memcmp(base, other.base, count) == 0)
+    }
+}

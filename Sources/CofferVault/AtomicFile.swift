@@ -1,0 +1,29 @@
+// AtomicFile replaces a small file so that a crash leaves either the old or the new
+// content, never a mix: write a temp file, fsync, rename over, fsync the directory.
+import Glibc
+
+public enum AtomicFile {
+    /// Writes `bytes` to `name` in directory `dir` atomically with permissions `mode`.
+    public static func write(_ bytes: [UInt8], to name: String, in dir: Int32, mode: mode_t = 0o400) throws {
+        let temp = ".\(name).tmp.\(getpid())"
+        let fd = try Sys.open(temp, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+        do {
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+            try Sys.fsync(fd)
+            Sys.close(fd)
+            try Sys.rename(temp, in: dir, to: name, in: dir)
+        } catch {
+            Sys.close(fd)
+            try? Sys.unlink(temp, in: dir)
+            throw error
+        }
+        try syncDirectory(dir)
+    }
+
+    /// fsync of a directory, so that a rename or create in it is durable.
+    public static func syncDirectory(_ dir: Int32) throws {
+        let fd = try Sys.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
+        defer { Sys.close(fd) }
+        try Sys.fsync(fd)
+    }
+}

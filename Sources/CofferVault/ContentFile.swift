@@ -1,0 +1,178 @@
+// ContentFile reads and writes plaintext at any offset of one encrypted backing file:
+// block read-modify-write, holes, truncation up and down.
+//
+// Thread safety: a ContentFile caches the file ID, and writes are read-modify-write of
+// whole blocks, so callers serialise writes and truncates against everything else on
+// the same file (the FUSE bridge holds a per-inode reader-writer lock); concurrent
+// reads are safe.
+import CofferCrypto
+import Glibc
+
+public final class ContentFile {
+    /// The backing file, opened for reading (and writing, for writes).
+    public let fd: Int32
+    private let cipher: ContentCipher
+    private var cachedID: FileID?
+
+    public init(fd: Int32, cipher: ContentCipher) {
+        self.fd = fd
+        self.cipher = cipher
+    }
+
+    /// The plaintext size, from the backing file's size.
+    public func plainSize() throws -> Int64 {
+        try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size))
+    }
+
+    /// The file ID from the header, or nil for an empty file.
+    public func fileID() throws -> FileID? {
+        if let id = cachedID { return id }
+        var bytes = [UInt8](repeating: 0, count: FileHeader.size)
+        let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: 0) }
+        if n == 0 { return nil }
+        let header = try FileHeader(parsing: Array(bytes.prefix(n)))
+        cachedID = header.fileID
+        return header.fileID
+    }
+
+    /// Forgets the cached file ID (after the backing file was replaced or emptied).
+    public func invalidate() { cachedID = nil }
+
+    private func createHeader() throws -> FileID {
+        let header = FileHeader(fileID: .random())
+        try header.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+        cachedID = header.fileID
+        return header.fileID
+    }
+
+    // MARK: Reading
+
+    /// Reads up to `buffer.count` plaintext bytes at `offset`; returns how many (0 at EOF).
+    /// Throws `blockDamaged` naming the first block in the range that fails authentication.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        let size = try plainSize()
+        guard offset < size, buffer.count > 0, let id = try fileID() else { return 0 }
+        let end = min(size, offset + Int64(buffer.count))
+        let first = BlockLayout.blockIndex(plainOffset: offset)
+        let last = BlockLayout.blockIndex(plainOffset: end - 1)
+        let regionStart = first * BlockLayout.plainBlockSize
+        let regionLength = Int(min(size, (last + 1) * BlockLayout.plainBlockSize) - regionStart)
+        let wanted = Int(end - offset)
+        if offset == regionStart && wanted == regionLength {
+            // Whole blocks: decrypt straight into the caller's buffer.
+            try readBlocks(first, plainLength: regionLength, fileID: id,
+                           into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))
+        } else {
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: regionLength, alignment: 16)
+            defer { scratch.deallocate() }
+            try readBlocks(first, plainLength: regionLength, fileID: id, into: scratch)
+            let skip = Int(offset - regionStart)
+            buffer.baseAddress!.copyMemory(from: scratch.baseAddress! + skip, byteCount: wanted)
+        }
+        return wanted
+    }
+
+    /// Reads and opens the blocks from `first` holding `plainLength` plaintext bytes.
+    private func readBlocks(_ first: Int64, plainLength: Int, fileID id: FileID,
+                            into plain: UnsafeMutableRawBufferPointer) throws {
+        let cipherLength = ContentCipher.cipherLength(plainLength: plainLength)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: cipherLength, alignment: 16)
+        defer { scratch.deallocate() }
+        let n = try Sys.readFully(fd, into: scratch, at: BlockLayout.cipherOffset(block: first))
+        guard n == cipherLength else {
+            throw VaultError.fileTruncated(cipherSize: BlockLayout.cipherOffset(block: first) + Int64(n))
+        }
+        do {
+            try cipher.open(UnsafeRawBufferPointer(scratch), firstBlock: UInt64(first), fileID: id, into: plain)
+        } catch CryptoError.blockAuthenticationFailed(let index) {
+            throw VaultError.blockDamaged(blockIndex: index)
+        } catch CryptoError.blockTooShort(let index, _) {
+            throw VaultError.blockDamaged(blockIndex: index)
+        }
+    }
+
+    // MARK: Writing
+
+    /// Writes `data` at plaintext `offset`, extending the file (with holes) if needed.
+    public func write(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
+        guard data.count > 0 else { return }
+        let oldSize = try plainSize()
+        let id = try fileID() ?? createHeader()
+        let end = offset + Int64(data.count)
+        let first = BlockLayout.blockIndex(plainOffset: offset)
+        let last = BlockLayout.blockIndex(plainOffset: end - 1)
+        let regionStart = first * BlockLayout.plainBlockSize
+        let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
+
+        // An old partial last block before the written region becomes a full block.
+        let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
+        if oldSize % BlockLayout.plainBlockSize != 0 && oldLast < first {
+            try resizeBlock(oldLast, from: BlockLayout.blockLength(oldLast, plainSize: oldSize),
+                            to: Int(BlockLayout.plainBlockSize), fileID: id)
+        }
+
+        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
+        defer { plain.deallocate() }
+        plain.initializeMemory(as: UInt8.self, repeating: 0)
+        var headRead = false
+        if offset > regionStart && regionStart < oldSize {
+            let length = BlockLayout.blockLength(first, plainSize: oldSize)
+            try readBlocks(first, plainLength: length, fileID: id,
+                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length]))
+            headRead = true
+        }
+        if end < regionEnd && !(headRead && first == last) {
+            let length = BlockLayout.blockLength(last, plainSize: oldSize)
+            let at = Int((last - first) * BlockLayout.plainBlockSize)
+            try readBlocks(last, plainLength: length, fileID: id,
+                           into: UnsafeMutableRawBufferPointer(rebasing: plain[at..<at + length]))
+        }
+        (plain.baseAddress! + Int(offset - regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
+        try sealAndWrite(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id)
+    }
+
+    private func sealAndWrite(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID) throws {
+        let sealed = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
+        defer { sealed.deallocate() }
+        cipher.seal(plain, firstBlock: UInt64(firstBlock), fileID: id, into: sealed)
+        try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock))
+    }
+
+    /// Re-seals block `index` with a new plaintext length (cut, or zero-extended).
+    private func resizeBlock(_ index: Int64, from oldLength: Int, to newLength: Int, fileID id: FileID) throws {
+        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(BlockLayout.plainBlockSize), alignment: 16)
+        defer { plain.deallocate() }
+        plain.initializeMemory(as: UInt8.self, repeating: 0)
+        if oldLength > 0 {
+            try readBlocks(index, plainLength: oldLength, fileID: id,
+                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<oldLength]))
+        }
+        try sealAndWrite(UnsafeRawBufferPointer(rebasing: plain[0..<newLength]), firstBlock: index, fileID: id)
+    }
+
+    /// Sets the plaintext size. Growing leaves holes (no encrypted zeros are written
+    /// beyond the old last block); shrinking re-seals the new last block if it is partial.
+    public func truncate(to newSize: Int64) throws {
+        let oldSize = try plainSize()
+        guard newSize != oldSize else { return }
+        if newSize == 0 {
+            try Sys.truncate(fd, to: 0)
+            cachedID = nil
+            return
+        }
+        let id = try fileID() ?? createHeader()
+        if newSize < oldSize {
+            let index = BlockLayout.blockIndex(plainOffset: newSize)
+            let keep = Int(newSize % BlockLayout.plainBlockSize)
+            if keep != 0 {
+                try resizeBlock(index, from: BlockLayout.blockLength(index, plainSize: oldSize), to: keep, fileID: id)
+            }
+        } else if oldSize % BlockLayout.plainBlockSize != 0 {
+            let index = BlockLayout.blockIndex(plainOffset: oldSize)
+            try resizeBlock(index, from: BlockLayout.blockLength(index, plainSize: oldSize),
+                            to: BlockLayout.blockLength(index, plainSize: newSize), fileID: id)
+        }
+        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
+    }
+}

@@ -1,0 +1,34 @@
+// DirectoryIV is the random 16-byte IV file in every backing directory; it makes the
+// same plaintext name encrypt differently in different directories.
+import CofferCrypto
+import Glibc
+
+public enum DirectoryIV {
+    /// Name of the IV file in each backing directory.
+    public static let fileName = "coffer.diriv"
+
+    /// Creates the IV file of a new, empty backing directory and makes it durable.
+    @discardableResult
+    public static func create(in dir: Int32) throws -> [UInt8] {
+        let iv = Sodium.randomArray(count: NameCipher.ivSize)
+        let fd = try Sys.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+        defer { Sys.close(fd) }
+        try iv.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+        try Sys.fsync(fd)
+        return iv
+    }
+
+    /// Reads the IV of the backing directory `dir`.
+    public static func read(in dir: Int32) throws -> [UInt8] {
+        let bytes: [UInt8]
+        do {
+            bytes = try Sys.readFile(fileName, in: dir, limit: 64)
+        } catch let error as Errno where error.code == ENOENT {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) is missing")
+        }
+        guard bytes.count == NameCipher.ivSize else {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(NameCipher.ivSize)")
+        }
+        return bytes
+    }
+}

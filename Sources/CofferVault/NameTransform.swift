@@ -1,0 +1,109 @@
+// NameTransform maps plaintext names to backing names and back: encrypted with the
+// directory's IV, base64url-encoded, and hashed into a long name (with a sidecar file
+// holding the full encrypted name) when the encoding would exceed 255 bytes.
+import CofferCrypto
+import Glibc
+
+/// The name a plaintext name is stored under in its backing directory.
+public enum BackingName: Equatable {
+    /// The base64url encrypted name itself (at most 255 bytes).
+    case short(String)
+    /// `coffer.long.<hash>` plus a sidecar `coffer.long.<hash>.name` holding `encoded`.
+    case long(hashed: String, encoded: String)
+
+    /// The directory entry's name in the backing directory.
+    public var name: String {
+        switch self {
+        case .short(let name): return name
+        case .long(let hashed, _): return hashed
+        }
+    }
+
+    /// The sidecar file's name, for long names.
+    public var sidecar: String? {
+        if case .long(let hashed, _) = self { return hashed + NameTransform.sidecarSuffix }
+        return nil
+    }
+}
+
+public struct NameTransform {
+    /// Longest plaintext name Linux accepts (NAME_MAX).
+    public static let maxNameLength = 255
+    /// Longest backing name the backing file system accepts.
+    public static let maxBackingNameLength = 255
+    /// Prefix of hashed long names; '.' never occurs in base64url, so it cannot collide.
+    public static let longNamePrefix = "coffer.long."
+    /// Suffix of the sidecar file that holds a long name's full encrypted name.
+    public static let sidecarSuffix = ".name"
+    /// Longest plaintext name stored directly: 159 bytes encrypt to 176, encoded 235.
+    public static let maxShortPlainLength = 159
+
+    private let cipher: NameCipher
+
+    public init(cipher: NameCipher) { self.cipher = cipher }
+
+    /// Checks that `name` is a name Linux would accept in a directory.
+    public static func validate(_ name: [UInt8]) throws {
+        guard name.count <= maxNameLength else { throw VaultError.nameTooLong }
+        guard !name.isEmpty, name != [0x2e], name != [0x2e, 0x2e],
+              !name.contains(0x2f), !name.contains(0) else { throw VaultError.invalidName }
+    }
+
+    /// The backing name of plaintext `name` in the directory with IV `dirIV`.
+    public func backingName(for name: [UInt8], dirIV: [UInt8]) throws -> BackingName {
+        try Self.validate(name)
+        let encoded = Base64URL.encode(cipher.encrypt(name, dirIV: dirIV))
+        if encoded.utf8.count <= Self.maxBackingNameLength { return .short(encoded) }
+        return .long(hashed: Self.longNamePrefix + Base64URL.encode(Hash.blake2b256(Array(encoded.utf8))),
+                     encoded: encoded)
+    }
+
+    /// True for backing entries that are not user files (IV, config, sidecars, temp files).
+    public static func isReserved(_ backingName: String) -> Bool {
+        backingName.hasPrefix("coffer.") && !isLongName(backingName) || backingName.hasPrefix(".")
+    }
+
+    static func isLongName(_ backingName: String) -> Bool {
+        backingName.hasPrefix(longNamePrefix) && !backingName.hasSuffix(sidecarSuffix)
+    }
+
+    /// The plaintext name of backing entry `backingName` in directory `dir`, or nil if
+    /// the entry is reserved. Throws `nameDamaged`/`longNameDamaged` for foreign or
+    /// tampered names.
+    public func plaintextName(ofBacking backingName: String, dirIV: [UInt8], in dir: Int32) throws -> [UInt8]? {
+        if Self.isReserved(backingName) { return nil }
+        var encoded = backingName
+        if Self.isLongName(backingName) {
+            guard let sidecar = try? Sys.readFile(backingName + Self.sidecarSuffix, in: dir, limit: 4096),
+                  case let text = String(decoding: sidecar, as: UTF8.self),
+                  Self.longNamePrefix + Base64URL.encode(Hash.blake2b256(sidecar)) == backingName else {
+                throw VaultError.longNameDamaged(backingName: backingName)
+            }
+            encoded = text
+        }
+        do {
+            return try cipher.decrypt(Base64URL.decode(encoded), dirIV: dirIV)
+        } catch {
+            throw VaultError.nameDamaged(backingName: backingName)
+        }
+    }
+
+    /// Writes the sidecar of a long name (no-op for short names). Call before creating
+    /// the entry itself, so a crash leaves at worst an orphan sidecar, never a nameless file.
+    public static func writeSidecar(_ name: BackingName, in dir: Int32) throws {
+        guard case .long(_, let encoded) = name, let sidecar = name.sidecar else { return }
+        let fd: Int32
+        do {
+            fd = try Sys.open(sidecar, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+        } catch let error as Errno where error.code == EEXIST {
+            return  // same name, same directory IV: the content is identical
+        }
+        defer { Sys.close(fd) }
+        try Array(encoded.utf8).withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+    }
+
+    /// Removes the sidecar of a long name once its entry is gone (no-op for short names).
+    public static func removeSidecar(_ name: BackingName, in dir: Int32) {
+        if let sidecar = name.sidecar { try? Sys.unlink(sidecar, in: dir) }
+    }
+}

@@ -1,0 +1,157 @@
+// SystemCalls wraps the POSIX calls the vault makes: each throws an `Errno` naming the
+// call, and EINTR is retried in exactly one place.
+import Glibc
+
+/// A failed system call: the errno value and the call that returned it.
+public struct Errno: Error, Equatable, CustomStringConvertible {
+    public let code: Int32
+    public let call: String
+
+    public init(_ code: Int32, _ call: String = "") {
+        self.code = code
+        self.call = call
+    }
+
+    /// The current thread's errno, tagged with `call`.
+    static func current(_ call: String) -> Errno { Errno(errno, call) }
+
+    public var description: String {
+        let text = String(cString: strerror(code))
+        return call.isEmpty ? text : "\(call): \(text)"
+    }
+
+    public static func == (a: Errno, b: Errno) -> Bool { a.code == b.code }
+}
+
+/// Runs `body` until it does not fail with EINTR; throws `Errno` when it returns -1.
+@discardableResult
+func retryOnInterrupt<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T {
+    while true {
+        let rc = body()
+        if rc != -1 { return rc }
+        if errno == EINTR { continue }
+        throw Errno.current(call)
+    }
+}
+
+public enum Sys {
+    /// openat(2).
+    public static func open(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32, mode: mode_t = 0) throws -> Int32 {
+        try retryOnInterrupt("openat") { Glibc.openat(dir, name, flags | O_CLOEXEC, mode) }
+    }
+
+    /// close(2); errors are ignored because the descriptor is gone either way.
+    public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// fstat(2).
+    public static func stat(_ fd: Int32) throws -> stat {
+        var st = Glibc.stat()
+        try retryOnInterrupt("fstat") { Glibc.fstat(fd, &st) }
+        return st
+    }
+
+    /// fstatat(2) without following a final symlink.
+    public static func stat(_ name: String, in dir: Int32) throws -> stat {
+        var st = Glibc.stat()
+        try retryOnInterrupt("fstatat") { Glibc.fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) }
+        return st
+    }
+
+    /// pread(2) until `buffer` is full or end of file; returns the bytes read.
+    public static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = try retryOnInterrupt("pread") {
+                Glibc.pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    /// pwrite(2) until every byte of `buffer` is written.
+    public static func writeFully(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = try retryOnInterrupt("pwrite") {
+                Glibc.pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            }
+            done += n
+        }
+    }
+
+    /// ftruncate(2).
+    public static func truncate(_ fd: Int32, to size: Int64) throws {
+        try retryOnInterrupt("ftruncate") { Glibc.ftruncate(fd, off_t(size)) }
+    }
+
+    /// fsync(2).
+    public static func fsync(_ fd: Int32) throws {
+        try retryOnInterrupt("fsync") { Glibc.fsync(fd) }
+    }
+
+    /// renameat(2).
+    public static func rename(_ from: String, in fromDir: Int32, to: String, in toDir: Int32) throws {
+        try retryOnInterrupt("renameat") { Glibc.renameat(fromDir, from, toDir, to) }
+    }
+
+    /// unlinkat(2); `directory` removes an empty directory.
+    public static func unlink(_ name: String, in dir: Int32, directory: Bool = false) throws {
+        try retryOnInterrupt("unlinkat") { Glibc.unlinkat(dir, name, directory ? AT_REMOVEDIR : 0) }
+    }
+
+    /// mkdirat(2).
+    public static func mkdir(_ name: String, in dir: Int32, mode: mode_t) throws {
+        try retryOnInterrupt("mkdirat") { Glibc.mkdirat(dir, name, mode) }
+    }
+
+    /// symlinkat(2).
+    public static func symlink(target: String, name: String, in dir: Int32) throws {
+        try retryOnInterrupt("symlinkat") { Glibc.symlinkat(target, dir, name) }
+    }
+
+    /// readlinkat(2); an empty name reads the link an O_PATH descriptor refers to.
+    public static func readlink(_ name: String, in dir: Int32) throws -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = try retryOnInterrupt("readlinkat") { Glibc.readlinkat(dir, name, &buffer, buffer.count - 1) }
+        buffer[n] = 0
+        return String(cString: buffer)
+    }
+
+    /// Reads a whole small file relative to `dir`.
+    public static func readFile(_ name: String, in dir: Int32 = AT_FDCWD, limit: Int = 1 << 20) throws -> [UInt8] {
+        let fd = try open(name, in: dir, flags: O_RDONLY | O_NOFOLLOW)
+        defer { close(fd) }
+        var out = [UInt8](repeating: 0, count: limit + 1)
+        let n = try out.withUnsafeMutableBytes { try readFully(fd, into: $0, at: 0) }
+        guard n <= limit else { throw Errno(EFBIG, "read \(name)") }
+        return Array(out.prefix(n))
+    }
+
+    /// The names in directory `dir` (without "." and ".."), read through a new descriptor.
+    public static func listDirectory(_ dir: Int32) throws -> [String] {
+        let fd = try open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
+        guard let stream = fdopendir(fd) else {
+            let error = Errno.current("fdopendir")
+            close(fd)
+            throw error
+        }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
+// Linux flags that Swift's Glibc module does not export (they sit behind _GNU_SOURCE).
+// Values from <bits/fcntl-linux.h> and <linux/fcntl.h>; identical on every Linux ABI Swift targets.
+/// open(2): a descriptor that only names a file (no read or write access).
+public let O_PATH: Int32 = 0o10000000
+/// *at(2): operate on the descriptor itself when the path is empty.
+public let AT_EMPTY_PATH: Int32 = 0x1000

@@ -1,0 +1,140 @@
+// Vault is a backing directory: it creates one, opens its config, and unwraps the
+// master key from a key slot with a passphrase or the recovery key.
+import CofferCrypto
+import Foundation
+import Glibc
+
+public final class Vault {
+    /// The backing directory as given by the user.
+    public let path: String
+    /// An open descriptor of the backing directory (O_PATH | O_DIRECTORY).
+    public let rootFD: Int32
+    public private(set) var config: VaultConfig
+
+    private init(path: String, rootFD: Int32, config: VaultConfig) {
+        self.path = path
+        self.rootFD = rootFD
+        self.config = config
+    }
+
+    deinit { Sys.close(rootFD) }
+
+    static func openDirectory(_ path: String) throws -> Int32 {
+        do {
+            return try Sys.open(path, flags: O_PATH | O_DIRECTORY)
+        } catch let error as Errno where error.code == ENOTDIR || error.code == ENOENT {
+            throw VaultError.notADirectory(path: path)
+        }
+    }
+
+    /// Opens an existing vault: reads and checks its config. Needs no secret.
+    public static func open(at path: String) throws -> Vault {
+        let fd = try openDirectory(path)
+        do {
+            return Vault(path: path, rootFD: fd, config: try VaultConfig.load(in: fd, path: path))
+        } catch {
+            Sys.close(fd)
+            throw error
+        }
+    }
+
+    /// Throws unless `path` is an empty directory in which a vault can be created.
+    public static func checkCreatable(at path: String) throws {
+        let fd = try openDirectory(path)
+        defer { Sys.close(fd) }
+        guard try Sys.listDirectory(fd).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+    }
+
+    /// Creates a vault in the empty directory `path`: a new master key wrapped under
+    /// `passphrase` (Argon2id with `kdf`) and under a new recovery key, which is returned
+    /// and must be shown to the user once.
+    public static func create(at path: String, passphrase: SecureBytes,
+                              kdf: KDFParameters = .standard) throws -> (vault: Vault, recoveryKey: SecureBytes) {
+        let fd = try openDirectory(path)
+        var handedOver = false
+        defer { if !handedOver { Sys.close(fd) } }
+        guard try Sys.listDirectory(fd).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+        guard kdf.isAcceptable else {
+            throw VaultError.kdfParametersRefused(opsLimit: kdf.opsLimit, memLimit: kdf.memLimit)
+        }
+        let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        var config = VaultConfig(
+            format: VaultConfig.currentFormat, created: formatter.string(from: Date()),
+            contentCipher: VaultConfig.cipherName, blockSize: ContentCipher.blockSize,
+            kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: kdf.opsLimit,
+                       memLimit: kdf.memLimit, salt: Base64URL.encode(salt)),
+            slots: [], checksum: "")
+        config.checksum = config.computedChecksum()
+
+        let master = MasterKey.generate()
+        defer { master.wipe() }
+        let recoveryKey = SecureBytes.random(count: RecoveryKey.size)
+        let passKey = try PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: kdf)
+        defer { passKey.wipe() }
+        let recoveryWrap = RecoveryKey.wrappingKey(recoveryKey)
+        defer { recoveryWrap.wipe() }
+        config.slots = [
+            wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
+            wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
+        ]
+        try DirectoryIV.create(in: fd)
+        try config.save(in: fd)
+        handedOver = true
+        return (Vault(path: path, rootFD: fd, config: config), recoveryKey)
+    }
+
+    static func wrap(_ master: MasterKey, with key: SecureBytes, kind: String, config: VaultConfig,
+                     nonce: [UInt8]? = nil) -> VaultConfig.KeySlot {
+        let box = SealedBox(key: key)
+        let ad = config.associatedData(slot: kind)
+        let sealed = master.secret.withUnsafeBytes { bytes in
+            nonce.map { box.seal(bytes, associatedData: ad, nonce: $0) } ?? box.seal(bytes, associatedData: ad)
+        }
+        return .init(kind: kind, wrappedKey: Base64URL.encode(sealed))
+    }
+
+    private func unwrap(slot kind: String, with key: SecureBytes) throws -> MasterKey? {
+        let slot = try config.slot(kind)
+        guard let sealed = try? Base64URL.decode(slot.wrappedKey) else {
+            throw VaultError.configMalformed(reason: "\(kind) slot is not base64url")
+        }
+        guard let secret = try? SealedBox(key: key).open(sealed, associatedData: config.associatedData(slot: kind),
+                                                        what: "\(kind) key slot"),
+              secret.count == MasterKey.size else { return nil }
+        return MasterKey(secret: secret)
+    }
+
+    /// Unwraps the master key with the passphrase (runs Argon2id: about a second).
+    public func unlock(passphrase: SecureBytes) throws -> MasterKey {
+        let salt = try Base64URL.decode(config.kdf.salt)
+        let key = try PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: config.kdf.parameters)
+        defer { key.wipe() }
+        guard let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) else { throw VaultError.wrongPassphrase }
+        return master
+    }
+
+    /// Unwraps the master key with the 32-byte recovery key.
+    public func unlock(recoveryKey: SecureBytes) throws -> MasterKey {
+        let key = RecoveryKey.wrappingKey(recoveryKey)
+        defer { key.wipe() }
+        guard let master = try unwrap(slot: VaultConfig.recoverySlot, with: key) else { throw VaultError.wrongRecoveryKey }
+        return master
+    }
+
+    /// Re-wraps the passphrase slot under `newPassphrase` and replaces the config
+    /// atomically. Content is not re-encrypted; the recovery slot is kept as it is.
+    public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes) throws {
+        let salt = try Base64URL.decode(config.kdf.salt)
+        let key = try PassphraseKDF.deriveKey(passphrase: newPassphrase, salt: salt, parameters: config.kdf.parameters)
+        defer { key.wipe() }
+        var updated = config
+        updated.slots = updated.slots.map {
+            $0.kind == VaultConfig.passphraseSlot
+                ? Vault.wrap(master, with: key, kind: VaultConfig.passphraseSlot, config: config) : $0
+        }
+        try updated.save(in: rootFD)
+        config = updated
+    }
+}

@@ -1,0 +1,126 @@
+// VaultConfig is coffer.conf at the vault root: format version, cipher, KDF parameters
+// and the key slots that wrap the master key. Its parameters are bound to every slot
+// as associated data, so an edited parameter makes unlocking fail.
+import CofferCrypto
+import Foundation
+
+public struct VaultConfig: Codable, Equatable {
+    /// Name of the config file at the root of the backing directory.
+    public static let fileName = "coffer.conf"
+    /// Format version written by this build (docs/FORMAT.md).
+    public static let currentFormat = 1
+    /// The only content cipher of format 1.
+    public static let cipherName = "xchacha20-poly1305"
+
+    public struct KDF: Codable, Equatable {
+        public var algorithm: String
+        public var opsLimit: UInt64
+        public var memLimit: UInt64
+        /// base64url of the 16-byte salt.
+        public var salt: String
+
+        public var parameters: KDFParameters { KDFParameters(opsLimit: opsLimit, memLimit: memLimit) }
+    }
+
+    public struct KeySlot: Codable, Equatable {
+        /// "passphrase" or "recovery".
+        public var kind: String
+        /// base64url of nonce ‖ sealed master key ‖ tag.
+        public var wrappedKey: String
+    }
+
+    public static let passphraseSlot = "passphrase"
+    public static let recoverySlot = "recovery"
+
+    public var format: Int
+    /// Creation time, ISO 8601 UTC.
+    public var created: String
+    public var contentCipher: String
+    public var blockSize: Int
+    public var kdf: KDF
+    public var slots: [KeySlot]
+    /// base64url of BLAKE2b-256 over `canonicalParameters`: catches accidental edits
+    /// with a precise message. Deliberate edits are caught by the slots' AD.
+    public var checksum: String
+
+    /// The parameters as bytes, in a fixed order (docs/FORMAT.md, "Config"):
+    /// "coffer.conf\0" ‖ u32 format ‖ str created ‖ str contentCipher ‖ u32 blockSize ‖
+    /// str kdf.algorithm ‖ u64 opsLimit ‖ u64 memLimit ‖ str salt, where str is a u16
+    /// big-endian length followed by UTF-8 bytes.
+    public var canonicalParameters: [UInt8] {
+        var out = Array("coffer.conf".utf8) + [0]
+        func u32(_ v: Int) { out += withUnsafeBytes(of: UInt32(truncatingIfNeeded: v).bigEndian, Array.init) }
+        func u64(_ v: UInt64) { out += withUnsafeBytes(of: v.bigEndian, Array.init) }
+        func str(_ s: String) {
+            let bytes = Array(s.utf8)
+            out += withUnsafeBytes(of: UInt16(truncatingIfNeeded: bytes.count).bigEndian, Array.init) + bytes
+        }
+        u32(format); str(created); str(contentCipher); u32(blockSize)
+        str(kdf.algorithm); u64(kdf.opsLimit); u64(kdf.memLimit); str(kdf.salt)
+        return out
+    }
+
+    /// Associated data of the slot of `kind`: the canonical parameters ‖ str kind.
+    public func associatedData(slot kind: String) -> [UInt8] {
+        let bytes = Array(kind.utf8)
+        return canonicalParameters + withUnsafeBytes(of: UInt16(bytes.count).bigEndian, Array.init) + bytes
+    }
+
+    public func computedChecksum() -> String { Base64URL.encode(Hash.blake2b256(canonicalParameters)) }
+
+    public func slot(_ kind: String) throws -> KeySlot {
+        guard let slot = slots.first(where: { $0.kind == kind }) else { throw VaultError.missingKeySlot(kind: kind) }
+        return slot
+    }
+
+    // MARK: Reading and writing
+
+    /// Parses and checks a config: format, checksum, supported parameters, KDF bounds.
+    public static func parse(_ bytes: [UInt8]) throws -> VaultConfig {
+        struct Version: Decodable { var format: Int }
+        guard let version = try? JSONDecoder().decode(Version.self, from: Data(bytes)) else {
+            throw VaultError.configMalformed(reason: "not a JSON object with a numeric \"format\"")
+        }
+        guard version.format == currentFormat else { throw VaultError.unsupportedFormat(version: version.format) }
+        let config: VaultConfig
+        do {
+            config = try JSONDecoder().decode(VaultConfig.self, from: Data(bytes))
+        } catch {
+            throw VaultError.configMalformed(reason: "missing or mistyped field")
+        }
+        guard config.checksum == config.computedChecksum() else { throw VaultError.configDamaged }
+        guard config.contentCipher == cipherName else { throw VaultError.unsupportedParameter("cipher \(config.contentCipher)") }
+        guard config.blockSize == ContentCipher.blockSize else { throw VaultError.unsupportedParameter("block size \(config.blockSize)") }
+        guard config.kdf.algorithm == PassphraseKDF.algorithmName else {
+            throw VaultError.unsupportedParameter("key derivation \(config.kdf.algorithm)")
+        }
+        guard config.kdf.parameters.isAcceptable else {
+            throw VaultError.kdfParametersRefused(opsLimit: config.kdf.opsLimit, memLimit: config.kdf.memLimit)
+        }
+        return config
+    }
+
+    /// Reads the config of the backing directory `dir`.
+    public static func load(in dir: Int32, path: String) throws -> VaultConfig {
+        let bytes: [UInt8]
+        do {
+            bytes = try Sys.readFile(fileName, in: dir, limit: 64 << 10)
+        } catch let error as Errno where error.code == ENOENT {
+            throw VaultError.notAVault(path: path)
+        }
+        return try parse(bytes)
+    }
+
+    /// The config as JSON, keys sorted, ending in a newline.
+    public func serialized() -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        // Encoding plain strings and integers cannot fail.
+        return Array(try! encoder.encode(self)) + [0x0a]
+    }
+
+    /// Writes the config into `dir` atomically.
+    public func save(in dir: Int32) throws {
+        try AtomicFile.write(serialized(), to: Self.fileName, in: dir, mode: 0o400)
+    }
+}

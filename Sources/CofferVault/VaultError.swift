@@ -1,0 +1,74 @@
+// VaultError lists every way the backing directory can be unusable or damaged.
+import CofferCrypto
+
+public enum VaultError: Error, Equatable, CustomStringConvertible {
+    /// The directory has no coffer.conf.
+    case notAVault(path: String)
+    /// coffer.conf is not valid JSON of the expected shape.
+    case configMalformed(reason: String)
+    /// coffer.conf's parameters do not match their checksum (edited or damaged).
+    case configDamaged
+    /// coffer.conf names a format version this build does not know.
+    case unsupportedFormat(version: Int)
+    /// coffer.conf asks for a cipher, block size or KDF this build does not offer.
+    case unsupportedParameter(String)
+    /// coffer.conf's KDF parameters are below the floor (or absurdly above the ceiling).
+    case kdfParametersRefused(opsLimit: UInt64, memLimit: UInt64)
+    /// The passphrase does not open the passphrase key slot.
+    case wrongPassphrase
+    /// The recovery key does not open the recovery key slot.
+    case wrongRecoveryKey
+    /// The config has no key slot of this kind.
+    case missingKeySlot(kind: String)
+    /// `init` needs an empty directory.
+    case directoryNotEmpty(path: String)
+    /// A path that must be a directory is something else or missing.
+    case notADirectory(path: String)
+    /// A file header is shorter than 18 bytes or has an unknown version.
+    case fileHeaderDamaged(reason: String)
+    /// A ciphertext file's length is impossible (cut inside a block's nonce or tag).
+    case fileTruncated(cipherSize: Int64)
+    /// A content block failed authentication.
+    case blockDamaged(blockIndex: UInt64)
+    /// A backing name failed to decrypt or authenticate.
+    case nameDamaged(backingName: String)
+    /// A long-name sidecar is missing, or does not match the hashed name.
+    case longNameDamaged(backingName: String)
+    /// A directory's IV file is missing or of the wrong length.
+    case directoryIVDamaged(reason: String)
+    /// A plaintext name is longer than 255 bytes (ENAMETOOLONG).
+    case nameTooLong
+    /// A plaintext name is empty, ".", "..", or contains '/' or NUL.
+    case invalidName
+    /// A symlink target, xattr name or value too long for the backing file system.
+    case tooLong(what: String)
+    /// A sealed metadata item (symlink target, xattr value) failed authentication.
+    case metadataDamaged(what: String)
+
+    public var description: String {
+        switch self {
+        case .notAVault(let path): return "\(path) is not a coffer vault (no \(VaultConfig.fileName))"
+        case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
+        case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"
+        case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows version \(VaultConfig.currentFormat))"
+        case .unsupportedParameter(let p): return "the vault config asks for an unsupported \(p)"
+        case .kdfParametersRefused(let ops, let mem):
+            return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
+        case .wrongPassphrase: return "wrong passphrase"
+        case .wrongRecoveryKey: return "wrong recovery key"
+        case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot"
+        case .directoryNotEmpty(let path): return "\(path) is not empty"
+        case .notADirectory(let path): return "\(path) is not a directory"
+        case .fileHeaderDamaged(let reason): return "file header damaged: \(reason)"
+        case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block"
+        case .blockDamaged(let index): return "block \(index) failed authentication"
+        case .nameDamaged(let name): return "encrypted name \(name) failed authentication"
+        case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"
+        case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
+        case .nameTooLong: return "file name too long (more than 255 bytes)"
+        case .invalidName: return "invalid file name"
+        case .tooLong(let what): return "\(what) too long"
+        case .metadataDamaged(let what): return "\(what) failed authentication"
+        }
+    }
+}

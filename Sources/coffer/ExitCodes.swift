@@ -1,0 +1,62 @@
+// ExitCodes lists every exit status of the coffer command, in one place.
+// The README's table is generated from the same list; keep them in step.
+import ArgumentParser
+
+public enum ExitStatus: Int32, CaseIterable {
+    case ok = 0
+    /// An unexpected system error (I/O error, out of memory…); the message says which.
+    case failure = 1
+    /// Command-line usage error (ArgumentParser's EX_USAGE).
+    case usage = 64
+    /// CIPHERDIR (or MOUNTPOINT) is missing or not a directory.
+    case notADirectory = 10
+    /// `init` was given a directory that is not empty.
+    case notEmpty = 11
+    /// CIPHERDIR has no coffer.conf: not a vault.
+    case notAVault = 12
+    /// coffer.conf is malformed or was modified.
+    case configDamaged = 13
+    /// coffer.conf uses a format version or parameter this build does not support.
+    case unsupported = 14
+    /// coffer.conf's key-derivation parameters are outside the accepted range.
+    case kdfRefused = 15
+    /// The passphrase given was empty.
+    case emptyPassphrase = 20
+    /// The two passphrases typed did not match.
+    case passphraseMismatch = 21
+    /// Wrong passphrase.
+    case wrongPassphrase = 22
+    /// Wrong or malformed recovery key.
+    case wrongRecoveryKey = 23
+    /// The passphrase could not be read (passfile missing, unreadable, too long; no input).
+    case passphraseUnreadable = 24
+    /// The recovery key could not be written to --recovery-key-out.
+    case recoveryKeyUnwritable = 25
+
+    /// One line for the README table.
+    var meaning: String {
+        switch self {
+        case .ok: return "success"
+        case .failure: return "unexpected system error (the message names the call)"
+        case .usage: return "command-line usage error"
+        case .notADirectory: return "a directory argument is missing or not a directory"
+        case .notEmpty: return "init: CIPHERDIR is not empty"
+        case .notAVault: return "CIPHERDIR is not a coffer vault (no coffer.conf)"
+        case .configDamaged: return "coffer.conf is malformed or was modified"
+        case .unsupported: return "coffer.conf needs a newer coffer (format or parameter unknown)"
+        case .kdfRefused: return "coffer.conf's KDF parameters are below the floor or absurdly high"
+        case .emptyPassphrase: return "empty passphrase"
+        case .passphraseMismatch: return "the two passphrases differ"
+        case .wrongPassphrase: return "wrong passphrase"
+        case .wrongRecoveryKey: return "wrong or malformed recovery key"
+        case .passphraseUnreadable: return "the passphrase could not be read"
+        case .recoveryKeyUnwritable: return "the recovery key file could not be written"
+        }
+    }
+}
+
+/// An error the command reports with one line on stderr and a distinct exit status.
+struct CommandFailure: Error {
+    let status: ExitStatus
+    let message: String
+}

@@ -1,0 +1,60 @@
+// Failure turns every error a command can meet into one stderr line and an exit status.
+import ArgumentParser
+import CofferCrypto
+import CofferVault
+import Glibc
+
+func report(_ error: Error) -> ExitStatus {
+    let (status, message) = classify(error)
+    FileHandleStandardError.write("coffer: \(message)\n")
+    return status
+}
+
+func classify(_ error: Error) -> (ExitStatus, String) {
+    switch error {
+    case let failure as CommandFailure:
+        return (failure.status, failure.message)
+    case let error as VaultError:
+        let status: ExitStatus
+        switch error {
+        case .notAVault: status = .notAVault
+        case .notADirectory: status = .notADirectory
+        case .directoryNotEmpty: status = .notEmpty
+        case .configMalformed, .configDamaged, .missingKeySlot: status = .configDamaged
+        case .unsupportedFormat, .unsupportedParameter: status = .unsupported
+        case .kdfParametersRefused: status = .kdfRefused
+        case .wrongPassphrase: status = .wrongPassphrase
+        case .wrongRecoveryKey: status = .wrongRecoveryKey
+        default: status = .failure
+        }
+        return (status, error.description)
+    case let error as CryptoError:
+        if case .malformed(let what) = error, what.hasPrefix("recovery key") {
+            return (.wrongRecoveryKey, error.description)
+        }
+        return (.failure, error.description)
+    case let error as Errno:
+        return (.failure, error.description)
+    default:
+        return (.failure, "\(error)")
+    }
+}
+
+/// Runs a command body; any error becomes one line on stderr and its exit status.
+func runReportingFailures(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let exit as ExitCode {
+        throw exit
+    } catch {
+        throw ExitCode(report(error).rawValue)
+    }
+}
+
+/// Unbuffered writes to stderr (fd 2).
+enum FileHandleStandardError {
+    static func write(_ text: String) {
+        var text = text
+        text.withUTF8 { buffer in _ = Glibc.write(2, buffer.baseAddress, buffer.count) }
+    }
+}

@@ -1,0 +1,97 @@
+// InitCommand creates a new vault: `coffer init [--passfile F] [--recovery-key-out F] CIPHERDIR`.
+import ArgumentParser
+import CofferCrypto
+import CofferVault
+import Glibc
+
+struct InitCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "init",
+        abstract: "Create a new vault in an empty directory.",
+        discussion: """
+            Asks for a passphrase twice (without echo) on a terminal; otherwise reads the first \
+            line of --passfile or of standard input. Prints a recovery key once: it opens the \
+            vault if the passphrase is lost. Keep it somewhere safe, away from the vault.
+            """)
+
+    @Option(name: .long, help: "Read the passphrase from the first line of this file.")
+    var passfile: String?
+
+    @Option(name: .long, help: "Write the recovery key to this new file (mode 0600) instead of printing it.")
+    var recoveryKeyOut: String?
+
+    @Option(name: .long, help: ArgumentHelp("Argon2id passes (default \(KDFParameters.standard.opsLimit), minimum \(KDFParameters.floor.opsLimit)).", visibility: .hidden))
+    var kdfOps: UInt64 = KDFParameters.standard.opsLimit
+
+    @Option(name: .long, help: ArgumentHelp("Argon2id memory in MiB (default \(KDFParameters.standard.memLimit >> 20), minimum \(KDFParameters.floor.memLimit >> 20)).", visibility: .hidden))
+    var kdfMemory: UInt64 = KDFParameters.standard.memLimit >> 20
+
+    @Argument(help: "The empty directory that will hold the encrypted files.")
+    var cipherdir: String
+
+    func validate() throws {
+        let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
+        guard kdf.isAcceptable else {
+            throw ValidationError("--kdf-ops must be \(KDFParameters.floor.opsLimit)…\(KDFParameters.ceiling.opsLimit) and --kdf-memory \(KDFParameters.floor.memLimit >> 20)…\(KDFParameters.ceiling.memLimit >> 20) MiB")
+        }
+    }
+
+    func run() throws {
+        try runReportingFailures {
+            // Check the directory before asking for a passphrase.
+            try Vault.checkCreatable(at: cipherdir)
+            // Create the recovery-key file before the vault: failing afterwards would
+            // leave a vault whose recovery key nobody saw.
+            var keyFD: Int32 = -1
+            if let out = recoveryKeyOut {
+                keyFD = Glibc.open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+                guard keyFD >= 0 else {
+                    throw CommandFailure(status: .recoveryKeyUnwritable,
+                                         message: "cannot create \(out): \(String(cString: strerror(errno)))")
+                }
+            }
+            var created = false
+            defer {
+                if keyFD >= 0 {
+                    close(keyFD)
+                    if !created, let out = recoveryKeyOut { unlink(out) }
+                }
+            }
+            let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
+                ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
+            let (_, recoveryKey) = try Vault.create(
+                at: cipherdir, passphrase: passphrase,
+                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20))
+            passphrase.wipe()
+            let text = RecoveryKey.format(recoveryKey)
+            recoveryKey.wipe()
+            defer { text.wipe() }
+            if keyFD >= 0 {
+                try writeSecretLine(text, to: keyFD)
+                guard fsync(keyFD) == 0 else { throw Errno(errno, "fsync \(recoveryKeyOut!)") }
+                created = true
+                print("Created vault \(cipherdir). Recovery key written to \(recoveryKeyOut!).")
+            } else {
+                created = true
+                print("Created vault \(cipherdir).")
+                print("Recovery key (shown only once; it opens the vault if the passphrase is lost):")
+                fflush(stdout)
+                try writeSecretLine(text, to: 1)
+            }
+        }
+    }
+}
+
+/// Writes a secret followed by a newline straight from secure memory.
+func writeSecretLine(_ secret: SecureBytes, to fd: Int32) throws {
+    try secret.withUnsafeBytes { bytes in
+        var done = 0
+        while done < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw Errno(errno, "write") }
+            done += n
+        }
+    }
+    guard Glibc.write(fd, "\n", 1) == 1 else { throw Errno(errno, "write") }
+}

@@ -1,0 +1,74 @@
+// PassphraseReader reads a passphrase or recovery key into secure memory: from a file
+// (first line), from a terminal without echo, or from standard input.
+import CofferCrypto
+import Glibc
+
+enum PassphraseReader {
+    /// Longest accepted passphrase line, in bytes.
+    static let maxLength = 4096
+
+    /// Reads the first line of `path`.
+    static func fromFile(_ path: String, what: String = "passphrase") throws -> SecureBytes {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw CommandFailure(status: .passphraseUnreadable,
+                                 message: "cannot read \(what) file \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        return try readLine(fd, what: what)
+    }
+
+    /// Asks on the terminal (twice if `confirm`) with echo off, or reads standard input
+    /// when it is not a terminal.
+    static func interactive(prompt: String, confirm: Bool, what: String = "passphrase") throws -> SecureBytes {
+        guard isatty(0) == 1 else { return try readLine(0, what: what) }
+        let first = try promptNoEcho(prompt)
+        guard confirm else { return first }
+        let second = try promptNoEcho("Repeat \(what): ")
+        guard first.constantTimeEquals(second) else {
+            throw CommandFailure(status: .passphraseMismatch, message: "the two \(what)s do not match")
+        }
+        return first
+    }
+
+    private static func promptNoEcho(_ prompt: String) throws -> SecureBytes {
+        FileHandleStandardError.write(prompt)
+        var saved = termios()
+        tcgetattr(0, &saved)
+        var quiet = saved
+        quiet.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(0, TCSAFLUSH, &quiet)
+        defer {
+            tcsetattr(0, TCSAFLUSH, &saved)
+            FileHandleStandardError.write("\n")
+        }
+        return try readLine(0, what: "passphrase")
+    }
+
+    /// Reads bytes one at a time until a newline or end of input, straight into
+    /// sodium_malloc memory, so the secret never passes through a Swift String.
+    static func readLine(_ fd: Int32, what: String) throws -> SecureBytes {
+        let buffer = SecureBytes(count: maxLength)
+        var length = 0
+        var sawNewline = false
+        try buffer.withUnsafeMutableBytes { bytes in
+            while length < maxLength {
+                let n = Glibc.read(fd, bytes.baseAddress! + length, 1)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 {
+                    throw CommandFailure(status: .passphraseUnreadable,
+                                         message: "cannot read \(what): \(String(cString: strerror(errno)))")
+                }
+                if n == 0 { break }
+                if bytes[length] == 0x0a { bytes[length] = 0; sawNewline = true; break }
+                length += 1
+            }
+            if !sawNewline && length == maxLength {
+                throw CommandFailure(status: .passphraseUnreadable, message: "\(what) longer than \(maxLength) bytes")
+            }
+            if length > 0 && bytes[length - 1] == 0x0d { length -= 1; bytes[length] = 0 }
+        }
+        guard length > 0 else { throw CommandFailure(status: .emptyPassphrase, message: "empty \(what)") }
+        return buffer.prefix(length)
+    }
+}
