@@ -28,6 +28,8 @@ let package = Package(
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
         .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto"]),
+        // Drives the built `coffer` binary and real mounts with ordinary tools.
+        .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -1,0 +1,92 @@
+// Tests of content-block sealing: round trips at block boundaries and every tamper case.
+import CofferCrypto
+import XCTest
+
+final class ContentCipherTests: XCTestCase {
+    let cipher = ContentCipher(key: .random(count: 32))
+    let fileID = FileID.random()
+
+    func seal(_ plain: [UInt8], first: UInt64 = 0, id: FileID? = nil) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: plain.count))
+        plain.withUnsafeBytes { p in out.withUnsafeMutableBytes { cipher.seal(p, firstBlock: first, fileID: id ?? fileID, into: $0) } }
+        return out
+    }
+
+    func open(_ sealed: [UInt8], plainLength: Int, first: UInt64 = 0, id: FileID? = nil) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0xee, count: plainLength)
+        try sealed.withUnsafeBytes { c in try out.withUnsafeMutableBytes { _ = try cipher.open(c, firstBlock: first, fileID: id ?? fileID, into: $0) } }
+        return out
+    }
+
+    func testRoundTripAtBlockBoundaries() throws {
+        for length in [0, 1, 4095, 4096, 4097, 8192, 3 * 4096 + 17, 32 * 4096] {
+            let plain = Sodium.randomArray(count: length)
+            let sealed = seal(plain, first: 5)
+            XCTAssertEqual(sealed.count, ContentCipher.cipherLength(plainLength: length))
+            XCTAssertEqual(try open(sealed, plainLength: length, first: 5), plain, "length \(length)")
+        }
+    }
+
+    func testOverheadIsUnderOnePercent() {
+        XCTAssertEqual(ContentCipher.overhead, 40)
+        XCTAssertLessThanOrEqual(Double(ContentCipher.overhead) / Double(ContentCipher.blockSize), 0.01)
+    }
+
+    func testSameBlockSealsDifferentlyEachTime() {
+        let plain = Sodium.randomArray(count: 4096)
+        XCTAssertNotEqual(seal(plain), seal(plain))
+    }
+
+    func testAllZeroBlockIsAHole() throws {
+        let zeros = [UInt8](repeating: 0, count: 2 * ContentCipher.cipherBlockSize + 100)
+        XCTAssertEqual(try open(zeros, plainLength: 2 * 4096 + 60), [UInt8](repeating: 0, count: 2 * 4096 + 60))
+    }
+
+    func testEveryRegionOfABlockIsAuthenticated() {
+        let plain = Sodium.randomArray(count: 3 * 4096)
+        let sealed = seal(plain)
+        // Nonce, body and tag of the middle block, and a bit in each byte position class.
+        let block1 = ContentCipher.cipherBlockSize
+        for offset in [0, 11, 23, 24, 100, 4119, 4120, 4135] {
+            for bit in [0, 7] {
+                var bad = sealed
+                bad[block1 + offset] ^= UInt8(1 << bit)
+                XCTAssertThrowsError(try open(bad, plainLength: plain.count)) {
+                    XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 1), "offset \(offset)")
+                }
+            }
+        }
+    }
+
+    func testSwappedBlocksFail() {
+        let plain = Sodium.randomArray(count: 2 * 4096)
+        var sealed = seal(plain)
+        let n = ContentCipher.cipherBlockSize
+        let first = Array(sealed[0..<n])
+        sealed.replaceSubrange(0..<n, with: sealed[n..<2 * n])
+        sealed.replaceSubrange(n..<2 * n, with: first)
+        XCTAssertThrowsError(try open(sealed, plainLength: plain.count)) {
+            XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
+        }
+    }
+
+    func testBlockFromAnotherFileOrIndexFails() {
+        let plain = Sodium.randomArray(count: 4096)
+        let sealed = seal(plain, first: 2)
+        XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 2, id: .random()))
+        XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 3))
+        XCTAssertNoThrow(try open(sealed, plainLength: 4096, first: 2))
+    }
+
+    func testTruncatedBlockFails() {
+        let sealed = seal(Sodium.randomArray(count: 4096))
+        // Cut inside the data: the tag no longer matches.
+        XCTAssertThrowsError(try open(Array(sealed.prefix(2000)), plainLength: 2000 - 40)) {
+            XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
+        }
+        // Cut inside nonce+tag: too short to be a block.
+        XCTAssertThrowsError(try open(Array(sealed.prefix(30)), plainLength: 0)) {
+            XCTAssertEqual($0 as? CryptoError, .blockTooShort(blockIndex: 0, length: 30))
+        }
+    }
+}

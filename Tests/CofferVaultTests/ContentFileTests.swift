@@ -1,0 +1,165 @@
+// Tests of random-access content I/O on a real backing file: boundaries, a random
+// model check, holes, and damage (tamper, swap, move, truncation).
+import CofferCrypto
+@testable import CofferVault
+import Glibc
+import XCTest
+
+final class ContentFileTests: XCTestCase {
+    let cipher = ContentCipher(key: .random(count: 32))
+    var dir: TempDirectory!
+
+    override func setUp() { dir = TempDirectory() }
+    override func tearDown() { dir = nil }
+
+    func file(_ name: String = "f") -> ContentFile { ContentFile(fd: dir.openFile(name), cipher: cipher) }
+
+    func readAll(_ f: ContentFile) throws -> [UInt8] {
+        let size = Int(try f.plainSize())
+        var out = [UInt8](repeating: 0, count: size)
+        let n = try out.withUnsafeMutableBytes { try f.read(into: $0, at: 0) }
+        XCTAssertEqual(n, size)
+        return out
+    }
+
+    func write(_ f: ContentFile, _ bytes: [UInt8], at offset: Int64) throws {
+        try bytes.withUnsafeBytes { try f.write($0, at: offset) }
+    }
+
+    func read(_ f: ContentFile, _ count: Int, at offset: Int64) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let n = try out.withUnsafeMutableBytes { try f.read(into: $0, at: offset) }
+        return Array(out.prefix(n))
+    }
+
+    func testWritesAtEveryBoundary() throws {
+        for length in [1, 4095, 4096, 4097, 3 * 4096 + 5] {
+            for offset: Int64 in [0, 1, 4095, 4096, 4097, 10000] {
+                let f = file("b\(length)-\(offset)")
+                var model = [UInt8]()
+                let first = Sodium.randomArray(count: 9000)
+                try write(f, first, at: 0)
+                model = first
+                let data = Sodium.randomArray(count: length)
+                try write(f, data, at: offset)
+                let end = Int(offset) + length
+                if model.count < end { model += [UInt8](repeating: 0, count: end - model.count) }
+                model.replaceSubrange(Int(offset)..<end, with: data)
+                XCTAssertEqual(try f.plainSize(), Int64(model.count))
+                XCTAssertEqual(try readAll(f), model, "length \(length) offset \(offset)")
+                close(f.fd)
+            }
+        }
+    }
+
+    func testRandomOperationsAgainstAModel() throws {
+        var rng = SystemRandomNumberGenerator()
+        let f = file()
+        var model = [UInt8]()
+        for step in 0..<300 {
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0..<6:
+                let offset = Int.random(in: 0...max(0, model.count + 5000), using: &rng)
+                let data = Sodium.randomArray(count: Int.random(in: 1...20000, using: &rng))
+                try write(f, data, at: Int64(offset))
+                if model.count < offset + data.count { model += [UInt8](repeating: 0, count: offset + data.count - model.count) }
+                model.replaceSubrange(offset..<offset + data.count, with: data)
+            case 6..<8:
+                let size = Int.random(in: 0...model.count + 10000, using: &rng)
+                try f.truncate(to: Int64(size))
+                model = size <= model.count ? Array(model.prefix(size)) : model + [UInt8](repeating: 0, count: size - model.count)
+            default:
+                let offset = Int.random(in: 0...model.count + 10, using: &rng)
+                let count = Int.random(in: 1...30000, using: &rng)
+                let expected = offset < model.count ? Array(model[offset..<min(model.count, offset + count)]) : []
+                XCTAssertEqual(try read(f, count, at: Int64(offset)), expected, "step \(step)")
+            }
+            XCTAssertEqual(try f.plainSize(), Int64(model.count), "step \(step)")
+        }
+        XCTAssertEqual(try readAll(f), model)
+        // A second handle on the same backing file (as after a remount) reads the same.
+        XCTAssertEqual(try readAll(file()), model)
+    }
+
+    func testTruncateUpMakesHolesNotCiphertext() throws {
+        let f = file()
+        try write(f, Array("head".utf8), at: 0)
+        try f.truncate(to: 1 << 30)
+        var st = stat()
+        fstat(f.fd, &st)
+        XCTAssertEqual(st.st_size, Int(BlockLayout.cipherSize(plainSize: 1 << 30)))
+        XCTAssertLessThan(st.st_blocks * 512, 1 << 20, "a 1 GiB sparse file stays small on disk")
+        XCTAssertEqual(try read(f, 8, at: 0), Array("head".utf8) + [0, 0, 0, 0])
+        XCTAssertEqual(try read(f, 5000, at: 500 << 20), [UInt8](repeating: 0, count: 5000))
+        try write(f, [9], at: (1 << 30) - 1)
+        XCTAssertEqual(try read(f, 2, at: (1 << 30) - 2), [0, 9])
+    }
+
+    func testEmptyFileHasNoHeader() throws {
+        let f = file()
+        XCTAssertEqual(try f.plainSize(), 0)
+        try write(f, [1, 2, 3], at: 0)
+        try f.truncate(to: 0)
+        XCTAssertEqual(dir.read("f").count, 0)
+        XCTAssertEqual(try read(f, 10, at: 0), [])
+    }
+
+    // MARK: Damage
+
+    func makeDamagedCopy(_ damage: (inout [UInt8]) -> Void) throws -> (ContentFile, [UInt8]) {
+        let plain = Sodium.randomArray(count: 3 * 4096 + 100)
+        let f = file("orig")
+        try write(f, plain, at: 0)
+        var bytes = dir.read("orig")
+        damage(&bytes)
+        dir.write("bad", bytes)
+        return (file("bad"), plain)
+    }
+
+    func testFlippedByteFailsOnlyItsBlock() throws {
+        let (f, plain) = try makeDamagedCopy { $0[18 + 4136 + 500] ^= 0x20 }
+        XCTAssertThrowsError(try read(f, 10, at: 4096 + 10)) {
+            XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 1))
+        }
+        XCTAssertEqual(try read(f, 4096, at: 0), Array(plain[0..<4096]), "block 0 still reads")
+        XCTAssertEqual(try read(f, 200, at: 8192), Array(plain[8192..<8392]), "block 2 still reads")
+        XCTAssertThrowsError(try f.write([UInt8](repeating: 1, count: 10).withUnsafeBytes { $0 }, at: 4100))
+    }
+
+    func testFlippedHeaderBitFails() throws {
+        let (f, _) = try makeDamagedCopy { $0[5] ^= 0x01 }  // inside the file ID
+        XCTAssertThrowsError(try read(f, 10, at: 0)) { XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 0)) }
+        let (g, _) = try makeDamagedCopy { $0[1] ^= 0x01 }  // the version
+        XCTAssertThrowsError(try read(g, 10, at: 0)) {
+            XCTAssertEqual($0 as? VaultError, .fileHeaderDamaged(reason: "unknown header version 0"))
+        }
+    }
+
+    func testSwappedBlocksFail() throws {
+        let (f, _) = try makeDamagedCopy { b in
+            let a = Array(b[18..<18 + 4136])
+            b.replaceSubrange(18..<18 + 4136, with: b[18 + 4136..<18 + 2 * 4136])
+            b.replaceSubrange(18 + 4136..<18 + 2 * 4136, with: a)
+        }
+        XCTAssertThrowsError(try read(f, 10, at: 0)) { XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 0)) }
+    }
+
+    func testBlockMovedFromAnotherFileFails() throws {
+        let other = file("other")
+        try write(other, Sodium.randomArray(count: 8192), at: 0)
+        let foreign = Array(dir.read("other")[18..<18 + 4136])
+        let (f, _) = try makeDamagedCopy { $0.replaceSubrange(18..<18 + 4136, with: foreign) }
+        XCTAssertThrowsError(try read(f, 10, at: 0)) { XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 0)) }
+    }
+
+    func testTruncatedMidBlockFails() throws {
+        let (f, _) = try makeDamagedCopy { $0.removeLast(300) }
+        XCTAssertThrowsError(try read(f, 100, at: 3 * 4096 - 200)) {
+            XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 2))
+        }
+        let (g, _) = try makeDamagedCopy { $0.removeLast(120) }  // leaves 20 bytes: inside the nonce
+        XCTAssertThrowsError(try g.plainSize()) {
+            guard case .fileTruncated = $0 as? VaultError else { return XCTFail("\($0)") }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+// Checks the known-answer vectors printed in docs/FORMAT.md against the code, so the
+// specification cannot drift from the implementation.
+import CofferCrypto
+@testable import CofferVault
+import Foundation
+import XCTest
+
+final class FormatVectorTests: XCTestCase {
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+    static func bytes(from: UInt8, count: Int) -> [UInt8] { (0..<count).map { from &+ UInt8($0) } }
+
+    static func master() -> MasterKey {
+        let key = SecureBytes(count: 32)
+        key.withUnsafeMutableBytes { $0.copyBytes(from: bytes(from: 0x00, count: 32)) }
+        return MasterKey(secret: key)
+    }
+
+    /// Every vector, computed by the code from the fixed inputs the spec lists.
+    static func computed() throws -> [(String, String)] {
+        let master = master()
+        var out: [(String, String)] = [("master_key", hex(master.secret.withUnsafeBytes { Array($0) }))]
+        for purpose in SubkeyPurpose.allCases {
+            out.append(("subkey_\(purpose.rawValue)", hex(master.subkey(purpose).withUnsafeBytes { Array($0) })))
+        }
+        let keys = KeySet(master: master)
+
+        // Content block 3 of a file, 100 bytes of plaintext 00 01 … 63.
+        let fileID = FileID(bytes: bytes(from: 0xa0, count: 16))
+        let plain = bytes(from: 0x00, count: 100)
+        var block = [UInt8](repeating: 0, count: 140)
+        plain.withUnsafeBytes { p in
+            block.withUnsafeMutableBytes {
+                keys.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID, nonce: bytes(from: 0x40, count: 24), into: $0)
+            }
+        }
+        out.append(("content_file_header", hex(FileHeader(fileID: fileID).bytes)))
+        out.append(("content_block_3", hex(block)))
+
+        // Names in a directory whose IV is f0 f1 … ff.
+        let dirIV = bytes(from: 0xf0, count: 16)
+        let names = NameTransform(cipher: keys.names)
+        out.append(("name_short_plain", "hello.txt"))
+        out.append(("name_short_backing", try names.backingName(for: Array("hello.txt".utf8), dirIV: dirIV).name))
+        let long = try names.backingName(for: [UInt8](repeating: 0x4c, count: 200), dirIV: dirIV)
+        out.append(("name_long_plain", "200 × 'L' (0x4c)"))
+        out.append(("name_long_backing", long.name))
+        if case .long(_, let encoded) = long { out.append(("name_long_sidecar", encoded)) }
+
+        // Key slots of a config with fixed salt, time and nonces.
+        var config = VaultConfig(format: 1, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+                                 blockSize: 4096,
+                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
+                                            salt: Base64URL.encode(bytes(from: 0x10, count: 16))),
+                                 slots: [], checksum: "")
+        out.append(("config_canonical_parameters", hex(config.canonicalParameters)))
+        config.checksum = config.computedChecksum()
+        out.append(("config_checksum", config.checksum))
+        let pass = SecureBytes(count: 28)
+        pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
+        let passKey = try PassphraseKDF.deriveKey(passphrase: pass, salt: bytes(from: 0x10, count: 16), parameters: .floor)
+        out.append(("slot_passphrase", "correct horse battery staple"))
+        out.append(("slot_passphrase_kek", hex(passKey.withUnsafeBytes { Array($0) })))
+        out.append(("slot_passphrase_wrapped",
+                    Vault.wrap(master, with: passKey, kind: "passphrase", config: config, nonce: bytes(from: 0x60, count: 24)).wrappedKey))
+        let recovery = SecureBytes(count: 32)
+        recovery.withUnsafeMutableBytes { $0.copyBytes(from: bytes(from: 0x80, count: 32)) }
+        out.append(("slot_recovery_key", String(decoding: RecoveryKey.format(recovery).withUnsafeBytes { Array($0) }, as: UTF8.self)))
+        out.append(("slot_recovery_wrapped",
+                    Vault.wrap(master, with: RecoveryKey.wrappingKey(recovery), kind: "recovery", config: config,
+                               nonce: bytes(from: 0x90, count: 24)).wrappedKey))
+        return out
+    }
+
+    /// The `name = value` lines between the vector markers of docs/FORMAT.md.
+    static func documented() throws -> [String: String] {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("docs/FORMAT.md"), encoding: .utf8)
+        guard let start = text.range(of: "<!-- vectors:begin -->"), let end = text.range(of: "<!-- vectors:end -->") else {
+            return [:]
+        }
+        var out: [String: String] = [:]
+        var lastKey: String?
+        for line in text[start.upperBound..<end.lowerBound].split(separator: "\n") {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if let eq = trimmed.range(of: " = ") {
+                let key = String(trimmed[..<eq.lowerBound])
+                out[key] = String(trimmed[eq.upperBound...])
+                lastKey = key
+            } else if let key = lastKey, !trimmed.isEmpty, !trimmed.hasPrefix("`") {
+                out[key]! += trimmed  // continuation of a long value
+            }
+        }
+        return out
+    }
+
+    func testDocumentedVectorsMatchTheCode() throws {
+        let documented = try Self.documented()
+        let computed = try Self.computed()
+        var missing: [String] = []
+        for (key, value) in computed {
+            guard let doc = documented[key] else { missing.append("\(key) = \(value)"); continue }
+            XCTAssertEqual(doc, value, key)
+        }
+        XCTAssertTrue(missing.isEmpty, "vectors missing from docs/FORMAT.md:\n" + missing.joined(separator: "\n"))
+    }
+
+    func testDocumentedKeySlotsUnwrapTheDocumentedMasterKey() throws {
+        let documented = try Self.documented()
+        let pass = SecureBytes(count: 28)
+        pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
+        let kek = try PassphraseKDF.deriveKey(passphrase: pass, salt: Self.bytes(from: 0x10, count: 16), parameters: .floor)
+        var config = VaultConfig(format: 1, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+                                 blockSize: 4096,
+                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
+                                            salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),
+                                 slots: [], checksum: "")
+        config.checksum = config.computedChecksum()
+        let sealed = try Base64URL.decode(try XCTUnwrap(documented["slot_passphrase_wrapped"]))
+        let master = try SealedBox(key: kek).open(sealed, associatedData: config.associatedData(slot: "passphrase"), what: "slot")
+        XCTAssertEqual(Self.hex(master.withUnsafeBytes { Array($0) }), documented["master_key"])
+    }
+}

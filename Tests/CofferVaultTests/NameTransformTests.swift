@@ -1,0 +1,141 @@
+// Tests of backing names: every length up to 255, the long-name threshold and sidecar,
+// reserved entries, damage.
+import CofferCrypto
+@testable import CofferVault
+import Glibc
+import XCTest
+
+final class NameTransformTests: XCTestCase {
+    let names = NameTransform(cipher: NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32)))
+    var dir: TempDirectory!
+    var iv: [UInt8] = []
+
+    override func setUp() {
+        dir = TempDirectory()
+        iv = try! DirectoryIV.create(in: dir.fd)
+    }
+
+    /// Creates the backing entry for `name` the way the mount does, and returns it.
+    func create(_ name: [UInt8]) throws -> BackingName {
+        let backing = try names.backingName(for: name, dirIV: iv)
+        try NameTransform.writeSidecar(backing, in: dir.fd)
+        let fd = dir.openFile(backing.name)
+        XCTAssertGreaterThanOrEqual(fd, 0, "backing name \(backing.name) accepted by the file system")
+        close(fd)
+        return backing
+    }
+
+    func testEveryLengthUpTo255RoundTrips() throws {
+        for length in 1...255 {
+            let name = Array(repeating: UInt8(ascii: "a") + UInt8(length % 26), count: length)
+            let backing = try create(name)
+            XCTAssertLessThanOrEqual(backing.name.utf8.count, 255)
+            if length <= NameTransform.maxShortPlainLength {
+                guard case .short = backing else { return XCTFail("\(length) should be short") }
+            } else {
+                guard case .long = backing else { return XCTFail("\(length) should be long") }
+            }
+            XCTAssertEqual(try names.plaintextName(ofBacking: backing.name, dirIV: iv, in: dir.fd), name)
+        }
+    }
+
+    func testThresholdAndExpansionTable() throws {
+        // The table in docs/FORMAT.md: plaintext bytes → stored name bytes.
+        let table: [(Int, Int)] = [(1, 43), (15, 43), (16, 64), (31, 64), (32, 86), (143, 214), (144, 235), (159, 235), (160, 55), (255, 55)]
+        for (plain, stored) in table {
+            XCTAssertEqual(try names.backingName(for: Array(repeating: 0x61, count: plain), dirIV: iv).name.utf8.count, stored, "\(plain)")
+        }
+    }
+
+    func testInvalidNames() {
+        XCTAssertThrowsError(try names.backingName(for: Array(repeating: 0x61, count: 256), dirIV: iv)) {
+            XCTAssertEqual($0 as? VaultError, .nameTooLong)
+        }
+        for bad in [[], [0x2e], [0x2e, 0x2e], Array("a/b".utf8), [0x61, 0]] as [[UInt8]] {
+            XCTAssertThrowsError(try names.backingName(for: bad, dirIV: iv)) { XCTAssertEqual($0 as? VaultError, .invalidName) }
+        }
+    }
+
+    func testReservedEntriesAreHidden() throws {
+        let long = try create(Array(repeating: 0x62, count: 200))
+        for reserved in [DirectoryIV.fileName, VaultConfig.fileName, long.sidecar!, ".coffer.conf.tmp.1"] {
+            XCTAssertNil(try names.plaintextName(ofBacking: reserved, dirIV: iv, in: dir.fd), reserved)
+        }
+    }
+
+    func testForeignAndTamperedNamesAreReported() throws {
+        let backing = try create(Array("plans.txt".utf8))
+        var chars = Array(backing.name)
+        chars[5] = chars[5] == "A" ? "B" : "A"
+        let tampered = String(chars)
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: tampered, dirIV: iv, in: dir.fd)) {
+            XCTAssertEqual($0 as? VaultError, .nameDamaged(backingName: tampered))
+        }
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: "not-base64!", dirIV: iv, in: dir.fd))
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: backing.name, dirIV: Sodium.randomArray(count: 16), in: dir.fd))
+    }
+
+    func testDamagedLongNameSidecarIsReported() throws {
+        let backing = try create(Array(repeating: 0x63, count: 220))
+        var sidecar = dir.read(backing.sidecar!)
+        sidecar[10] = sidecar[10] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        chmod(dir.path + "/" + backing.sidecar!, 0o600)
+        dir.write(backing.sidecar!, sidecar)
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: backing.name, dirIV: iv, in: dir.fd)) {
+            XCTAssertEqual($0 as? VaultError, .longNameDamaged(backingName: backing.name))
+        }
+        unlink(dir.path + "/" + backing.sidecar!)
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: backing.name, dirIV: iv, in: dir.fd)) {
+            XCTAssertEqual($0 as? VaultError, .longNameDamaged(backingName: backing.name))
+        }
+    }
+
+    func testMissingOrDamagedDirectoryIV() throws {
+        let empty = TempDirectory()
+        XCTAssertThrowsError(try DirectoryIV.read(in: empty.fd)) {
+            guard case .directoryIVDamaged = $0 as? VaultError else { return XCTFail("\($0)") }
+        }
+        empty.write(DirectoryIV.fileName, [1, 2, 3])
+        XCTAssertThrowsError(try DirectoryIV.read(in: empty.fd))
+        XCTAssertEqual(try DirectoryIV.read(in: dir.fd), iv)
+    }
+}
+
+final class MetadataCodecTests: XCTestCase {
+    let box = SealedBox(key: .random(count: 32))
+    let names = NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32))
+
+    func testSymlinkTargets() throws {
+        let codec = SymlinkCodec(box: box)
+        let target = Array("../some/where/else".utf8)
+        let stored = try codec.encrypt(target)
+        XCTAssertFalse(stored.contains("/"))
+        XCTAssertEqual(try codec.decrypt(stored), target)
+        XCTAssertEqual(SymlinkCodec.plainLength(storedLength: stored.utf8.count), target.count)
+        let longest = [UInt8](repeating: 0x61, count: SymlinkCodec.maxTargetLength)
+        XCTAssertLessThanOrEqual(try codec.encrypt(longest).utf8.count, 4095)
+        XCTAssertThrowsError(try codec.encrypt(longest + [0x61]))
+        var chars = Array(stored)
+        chars[30] = chars[30] == "A" ? "B" : "A"
+        XCTAssertThrowsError(try codec.decrypt(String(chars))) {
+            XCTAssertEqual($0 as? VaultError, .metadataDamaged(what: "symlink target"))
+        }
+    }
+
+    func testXattrs() throws {
+        let codec = XattrCodec(names: names, box: box)
+        let name = Array("user.comment".utf8)
+        let backing = try codec.backingName(for: name)
+        XCTAssertTrue(backing.hasPrefix("user."))
+        XCTAssertEqual(try codec.backingName(for: name), backing, "deterministic")
+        XCTAssertEqual(codec.plaintextName(ofBacking: backing), name)
+        XCTAssertNil(codec.plaintextName(ofBacking: "user.foreign"))
+        let sealed = try codec.sealValue(Array("hello".utf8), backingName: backing)
+        XCTAssertEqual(try codec.openValue(sealed, backingName: backing), Array("hello".utf8))
+        XCTAssertEqual(XattrCodec.plainLength(sealedLength: sealed.count), 5)
+        let other = try codec.backingName(for: Array("user.other".utf8))
+        XCTAssertThrowsError(try codec.openValue(sealed, backingName: other), "a value moved to another name fails")
+        XCTAssertLessThanOrEqual(try codec.backingName(for: Array(repeating: 0x61, count: XattrCodec.maxNameLength)).utf8.count, 255)
+        XCTAssertThrowsError(try codec.backingName(for: Array(repeating: 0x61, count: XattrCodec.maxNameLength + 1)))
+    }
+}

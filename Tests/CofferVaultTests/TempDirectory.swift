@@ -1,0 +1,45 @@
+// TempDirectory gives each test a fresh directory under /tmp, removed afterwards.
+import CofferVault
+import Foundation
+import Glibc
+
+final class TempDirectory {
+    let path: String
+    let fd: Int32
+
+    init() {
+        var template = Array("/tmp/coffer-test-XXXXXX".utf8CString)
+        path = String(cString: mkdtemp(&template)!)
+        fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+    }
+
+    deinit {
+        close(fd)
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    /// Opens (creating) a file in the directory for reading and writing.
+    func openFile(_ name: String) -> Int32 {
+        open(path + "/" + name, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    }
+
+    func read(_ name: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path + "/" + name) ?? Data()) }
+
+    func write(_ name: String, _ bytes: [UInt8]) {
+        FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
+    }
+
+    /// Every regular file below the directory, recursively.
+    func allFiles() -> [String] {
+        (FileManager.default.enumerator(atPath: path)?.allObjects as? [String] ?? []).map { path + "/" + $0 }
+    }
+}
+
+func secret(_ text: String) -> SecureBytes {
+    let bytes = Array(text.utf8)
+    let s = SecureBytes(count: bytes.count)
+    s.withUnsafeMutableBytes { $0.copyBytes(from: bytes) }
+    return s
+}
+
+import CofferCrypto

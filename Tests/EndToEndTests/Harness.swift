@@ -1,0 +1,115 @@
+// Harness runs the built `coffer` binary and ordinary tools as a user would, and gives
+// each test a scratch directory that is removed (and unmounted) even on failure.
+import Foundation
+import XCTest
+
+struct Outcome {
+    let status: Int32
+    let stdout: String
+    let stderr: String
+}
+
+enum Harness {
+    /// The directory holding the built products: the test runner lives beside `coffer`.
+    static let binDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        // On Linux the runner is `<bin>/cofferPackageTests.xctest`, a plain executable.
+        while !FileManager.default.fileExists(atPath: dir.appendingPathComponent("coffer").path) && dir.path != "/" {
+            dir = dir.deletingLastPathComponent()
+        }
+        return dir.path
+    }()
+
+    static var coffer: String { binDirectory + "/coffer" }
+
+    /// Runs `arguments[0]` with the rest as arguments; `input` goes to standard input.
+    @discardableResult
+    static func run(_ arguments: [String], input: String? = nil, environment: [String: String]? = nil,
+                    timeout: TimeInterval = 120) -> Outcome {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: arguments[0].hasPrefix("/") ? arguments[0] : "/usr/bin/env")
+        process.arguments = arguments[0].hasPrefix("/") ? Array(arguments.dropFirst()) : arguments
+        if let environment { process.environment = environment }
+        let out = Pipe(), err = Pipe(), inp = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = inp
+        var stdoutData = Data(), stderrData = Data()
+        let group = DispatchGroup()
+        group.enter(); group.enter()
+        DispatchQueue.global().async { stdoutData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async { stderrData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        do { try process.run() } catch { return Outcome(status: -1, stdout: "", stderr: "\(error)") }
+        if let input { inp.fileHandleForWriting.write(Data(input.utf8)) }
+        try? inp.fileHandleForWriting.close()
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        group.wait()
+        return Outcome(status: process.terminationStatus,
+                       stdout: String(decoding: stdoutData, as: UTF8.self),
+                       stderr: String(decoding: stderrData, as: UTF8.self))
+    }
+
+    /// Runs a shell script with `bash -euo pipefail -c`.
+    @discardableResult
+    static func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {
+        run(["/bin/bash", "-euo", "pipefail", "-c", script], timeout: timeout)
+    }
+}
+
+/// A scratch directory for one test, removed when the test ends.
+final class Scratch {
+    let path: String
+
+    init() {
+        var template = Array("/tmp/coffer-e2e-XXXXXX".utf8CString)
+        path = String(cString: mkdtemp(&template)!)
+    }
+
+    func cleanUp() {
+        // Unmount anything still mounted below us before removing the tree.
+        let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
+        for line in mounts.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count > 1, fields[1].hasPrefix(path) {
+                Harness.run(["fusermount3", "-u", "-z", String(fields[1])])
+            }
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    /// Writes `text` to a file in the scratch directory and returns its path.
+    func file(_ name: String, _ text: String) -> String {
+        let p = path + "/" + name
+        FileManager.default.createFile(atPath: p, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        return p
+    }
+
+    func mkdir(_ name: String) -> String {
+        let p = path + "/" + name
+        try? FileManager.default.createDirectory(atPath: p, withIntermediateDirectories: true)
+        return p
+    }
+}
+
+class EndToEndCase: XCTestCase {
+    var scratch: Scratch!
+
+    override func setUp() {
+        super.setUp()
+        scratch = Scratch()
+        addTeardownBlock { [scratch] in scratch?.cleanUp() }
+    }
+
+    /// Creates a vault with the cheapest accepted KDF (tests are not about KDF cost).
+    func initVault(_ name: String = "vault", passphrase: String = "test passphrase") -> (String, Outcome) {
+        let dir = scratch.mkdir(name)
+        let passfile = scratch.file(name + ".pass", passphrase + "\n")
+        let outcome = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64",
+                                   "--passfile", passfile, dir])
+        return (dir, outcome)
+    }
+}
