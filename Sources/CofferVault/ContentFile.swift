@@ -1,22 +1,29 @@
 // ContentFile reads and writes plaintext at any offset of one encrypted backing file:
 // block read-modify-write, holes, truncation up and down.
 //
-// Thread safety: a ContentFile caches the file ID, and writes are read-modify-write of
-// whole blocks, so callers serialise writes and truncates against everything else on
-// the same file (the FUSE bridge holds a per-inode reader-writer lock); concurrent
-// reads are safe.
+// Thread safety: writes are read-modify-write of whole blocks and the file ID is cached
+// in a FileIDCache shared by every ContentFile of the same backing inode, so callers
+// serialise writes and truncates against everything else on that inode (PlainFileSystem
+// holds a per-node reader-writer lock); concurrent reads are safe.
 import CofferCrypto
 import Glibc
 
-public final class ContentFile {
+/// The file ID of one backing inode, cached once read; shared by all its open files.
+public final class FileIDCache {
+    var fileID: FileID?
+    public init() {}
+}
+
+public struct ContentFile {
     /// The backing file, opened for reading (and writing, for writes).
     public let fd: Int32
     private let cipher: ContentCipher
-    private var cachedID: FileID?
+    private let ids: FileIDCache
 
-    public init(fd: Int32, cipher: ContentCipher) {
+    public init(fd: Int32, cipher: ContentCipher, ids: FileIDCache = FileIDCache()) {
         self.fd = fd
         self.cipher = cipher
+        self.ids = ids
     }
 
     /// The plaintext size, from the backing file's size.
@@ -26,22 +33,19 @@ public final class ContentFile {
 
     /// The file ID from the header, or nil for an empty file.
     public func fileID() throws -> FileID? {
-        if let id = cachedID { return id }
+        if let id = ids.fileID { return id }
         var bytes = [UInt8](repeating: 0, count: FileHeader.size)
         let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: 0) }
         if n == 0 { return nil }
         let header = try FileHeader(parsing: Array(bytes.prefix(n)))
-        cachedID = header.fileID
+        ids.fileID = header.fileID
         return header.fileID
     }
-
-    /// Forgets the cached file ID (after the backing file was replaced or emptied).
-    public func invalidate() { cachedID = nil }
 
     private func createHeader() throws -> FileID {
         let header = FileHeader(fileID: .random())
         try header.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
-        cachedID = header.fileID
+        ids.fileID = header.fileID
         return header.fileID
     }
 
@@ -158,7 +162,7 @@ public final class ContentFile {
         guard newSize != oldSize else { return }
         if newSize == 0 {
             try Sys.truncate(fd, to: 0)
-            cachedID = nil
+            ids.fileID = nil
             return
         }
         let id = try fileID() ?? createHeader()

@@ -47,6 +47,9 @@ final class KeyDerivationTests: XCTestCase {
             XCTAssertEqual(try Base64URL.decode(text), bytes)
         }
         XCTAssertThrowsError(try Base64URL.decode("ab/c"))
+        // One spelling per byte string: non-zero unused bits in the last character are refused.
+        XCTAssertEqual(try Base64URL.decode("AA"), [0])
+        XCTAssertThrowsError(try Base64URL.decode("AB"))
         XCTAssertThrowsError(try Base64URL.decode("a"))
     }
 

@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""Independent implementation of the coffer on-disk format, version 1.
+
+This script is a cross-check of docs/FORMAT.md: it was written from the text of
+that document alone (not from the Swift sources), re-implements every
+construction the document specifies, and compares the results against the
+known-answer vectors at the end of the document (the block between
+`<!-- vectors:begin -->` and `<!-- vectors:end -->`). If the document and the
+Swift code ever disagree, either this script or FormatVectorTests fails.
+
+Besides the forward computations it checks the inverse direction: the passphrase
+and recovery slots open to the master key, the short and long names decrypt to
+their plaintexts, and tampered names are refused.
+
+Dependencies: Python 3 standard library and libsodium (libsodium.so.23) through
+ctypes.
+
+Output: one line per check (`ok name` or `MISMATCH name: expected ... got ...`),
+then `vectors: N passed, M failed` (N + M counts the vectors of the block plus the
+round-trip checks). Exit status 0 if everything matched, 1 otherwise.
+"""
+
+import base64
+import ctypes
+import hmac
+import os
+import re
+import struct
+import sys
+
+# ---------------------------------------------------------------------------
+# libsodium through ctypes
+# ---------------------------------------------------------------------------
+
+sodium = ctypes.CDLL("libsodium.so.23")
+if sodium.sodium_init() < 0:
+    raise SystemExit("sodium_init failed")
+
+_buf = ctypes.c_char_p
+_size = ctypes.c_size_t
+_u64 = ctypes.c_uint64
+_u64p = ctypes.POINTER(ctypes.c_ulonglong)
+
+sodium.crypto_kdf_derive_from_key.argtypes = [_buf, _size, _u64, _buf, _buf]
+sodium.crypto_generichash.argtypes = [_buf, _size, _buf, ctypes.c_ulonglong, _buf, _size]
+sodium.crypto_stream_xchacha20_xor.argtypes = [_buf, _buf, ctypes.c_ulonglong, _buf, _buf]
+sodium.crypto_aead_xchacha20poly1305_ietf_encrypt.argtypes = [
+    _buf, _u64p, _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf, _buf, _buf]
+sodium.crypto_aead_xchacha20poly1305_ietf_decrypt.argtypes = [
+    _buf, _u64p, _buf, _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf, _buf]
+sodium.crypto_pwhash.argtypes = [
+    _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf,
+    ctypes.c_ulonglong, _size, ctypes.c_int]
+
+AEAD_TAG_BYTES = 16
+AEAD_NONCE_BYTES = 24
+ALG_ARGON2ID13 = 2
+
+
+def kdf_derive(key32: bytes, subkey_id: int, context: bytes, length: int = 32) -> bytes:
+    """crypto_kdf_derive_from_key(length, subkey_id, context, key)."""
+    assert len(context) == 8 and len(key32) == 32
+    out = ctypes.create_string_buffer(length)
+    if sodium.crypto_kdf_derive_from_key(out, length, subkey_id, context, key32) != 0:
+        raise RuntimeError("crypto_kdf_derive_from_key failed")
+    return out.raw
+
+
+def blake2b(n: int, message: bytes, key: bytes = b"") -> bytes:
+    """BLAKE2b-n(key, m): crypto_generichash with an n-byte output (no key if empty)."""
+    out = ctypes.create_string_buffer(n)
+    if sodium.crypto_generichash(out, n, message, len(message), key or None, len(key)) != 0:
+        raise RuntimeError("crypto_generichash failed")
+    return out.raw
+
+
+def xchacha20_xor(data: bytes, nonce: bytes, key: bytes) -> bytes:
+    """crypto_stream_xchacha20_xor: data XOR the XChaCha20 key stream."""
+    assert len(nonce) == 24 and len(key) == 32
+    out = ctypes.create_string_buffer(max(len(data), 1))
+    sodium.crypto_stream_xchacha20_xor(out, data, len(data), nonce, key)
+    return out.raw[:len(data)]
+
+
+def aead_seal(key: bytes, nonce: bytes, plaintext: bytes, ad: bytes) -> bytes:
+    """crypto_aead_xchacha20poly1305_ietf_encrypt: returns ciphertext ‖ tag."""
+    out = ctypes.create_string_buffer(len(plaintext) + AEAD_TAG_BYTES)
+    out_len = ctypes.c_ulonglong(0)
+    sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(
+        out, ctypes.byref(out_len), plaintext, len(plaintext), ad, len(ad), None, nonce, key)
+    return out.raw[:out_len.value]
+
+
+def aead_open(key: bytes, nonce: bytes, sealed: bytes, ad: bytes):
+    """crypto_aead_xchacha20poly1305_ietf_decrypt: plaintext, or None if refused."""
+    if len(sealed) < AEAD_TAG_BYTES:
+        return None
+    out = ctypes.create_string_buffer(max(len(sealed) - AEAD_TAG_BYTES, 1))
+    out_len = ctypes.c_ulonglong(0)
+    rc = sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(
+        out, ctypes.byref(out_len), None, sealed, len(sealed), ad, len(ad), nonce, key)
+    return out.raw[:out_len.value] if rc == 0 else None
+
+
+def pwhash_argon2id(length: int, passphrase: bytes, salt: bytes, ops: int, mem: int) -> bytes:
+    """crypto_pwhash(length, passphrase, salt, ops, mem, ALG_ARGON2ID13)."""
+    assert len(salt) == 16
+    out = ctypes.create_string_buffer(length)
+    if sodium.crypto_pwhash(out, length, passphrase, len(passphrase), salt,
+                            ops, mem, ALG_ARGON2ID13) != 0:
+        raise RuntimeError("crypto_pwhash failed (out of memory?)")
+    return out.raw
+
+
+# ---------------------------------------------------------------------------
+# Conventions
+# ---------------------------------------------------------------------------
+
+def b64url(data: bytes) -> str:
+    """RFC 4648 §5 base64url without padding."""
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Strict inverse of b64url: rejects padding, foreign characters and non-canonical
+    spellings (unused low bits of the last character set). FORMAT.md does not say
+    whether readers must be strict; this script is, so that a name has one spelling."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]*", text) or len(text) % 4 == 1:
+        raise ValueError("not base64url")
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if b64url(data) != text:
+        raise ValueError("non-canonical base64url")
+    return data
+
+
+def u16(n: int) -> bytes:
+    return struct.pack(">H", n)
+
+
+def u32(n: int) -> bytes:
+    return struct.pack(">I", n)
+
+
+def u64(n: int) -> bytes:
+    return struct.pack(">Q", n)
+
+
+# ---------------------------------------------------------------------------
+# §2 Key hierarchy
+# ---------------------------------------------------------------------------
+
+SUBKEY_CONTEXT = b"coffer01"
+RECOVERY_CONTEXT = b"cofferrk"
+
+SUBKEY_CONTENT = 1
+SUBKEY_NAME_MAC = 2
+SUBKEY_NAME_STREAM = 3
+SUBKEY_METADATA = 4
+SUBKEY_XATTR_NAME_MAC = 5
+SUBKEY_XATTR_NAME_STREAM = 6
+
+
+def subkey(master: bytes, subkey_id: int) -> bytes:
+    """§2 Subkeys: crypto_kdf_derive_from_key(32, id, "coffer01", master)."""
+    return kdf_derive(master, subkey_id, SUBKEY_CONTEXT)
+
+
+def kek_pass(passphrase: bytes, salt: bytes, ops: int, mem: int) -> bytes:
+    """§2 KEK_pass = crypto_pwhash(32, passphrase, salt, ops, mem, ALG_ARGON2ID13)."""
+    return pwhash_argon2id(32, passphrase, salt, ops, mem)
+
+
+def kek_rec(recovery_key: bytes) -> bytes:
+    """§2 KEK_rec = crypto_kdf_derive_from_key(32, 1, "cofferrk", recovery key)."""
+    return kdf_derive(recovery_key, 1, RECOVERY_CONTEXT)
+
+
+def format_recovery_key(recovery_key: bytes) -> str:
+    """§2: 64 lowercase hex digits in 16 groups of 4 joined by '-'."""
+    digits = recovery_key.hex()
+    return "-".join(digits[i:i + 4] for i in range(0, 64, 4))
+
+
+def parse_recovery_key(text: str) -> bytes:
+    """§2: parsers ignore '-', spaces and line breaks and accept either case."""
+    digits = re.sub(r"[-\s]", "", text).lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digits):
+        raise ValueError("not a recovery key")
+    return bytes.fromhex(digits)
+
+
+# ---------------------------------------------------------------------------
+# §3 coffer.conf
+# ---------------------------------------------------------------------------
+
+def str_field(s: str) -> bytes:
+    """§3 `str s` = u16 len(s) ‖ UTF-8 bytes of s."""
+    data = s.encode("utf-8")
+    return u16(len(data)) + data
+
+
+def canonical_parameters(fmt: int, created: str, content_cipher: str, block_size: int,
+                         kdf_algorithm: str, ops: int, mem: int, salt: bytes) -> bytes:
+    """§3 Canonical parameters (the salt enters as its base64url text)."""
+    return (b"coffer.conf" + b"\x00" + u32(fmt) + str_field(created)
+            + str_field(content_cipher) + u32(block_size) + str_field(kdf_algorithm)
+            + u64(ops) + u64(mem) + str_field(b64url(salt)))
+
+
+def config_checksum(canonical: bytes) -> str:
+    """§3 checksum = base64url(BLAKE2b-32(no key, canonical parameters))."""
+    return b64url(blake2b(32, canonical))
+
+
+def slot_ad(canonical: bytes, kind: str) -> bytes:
+    """§3 Key slot AD = canonical parameters ‖ str kind."""
+    return canonical + str_field(kind)
+
+
+def wrap_key_slot(kek: bytes, nonce: bytes, master: bytes, canonical: bytes, kind: str) -> str:
+    """§3 Key slot: base64url(nonce(24) ‖ AEAD_seal(KEK, nonce, master key, AD))."""
+    return b64url(nonce + aead_seal(kek, nonce, master, slot_ad(canonical, kind)))
+
+
+def unwrap_key_slot(kek: bytes, wrapped: str, canonical: bytes, kind: str):
+    """Inverse of wrap_key_slot: the master key, or None if the slot does not open."""
+    raw = b64url_decode(wrapped)
+    if len(raw) != 72:
+        return None
+    return aead_open(kek, raw[:AEAD_NONCE_BYTES], raw[AEAD_NONCE_BYTES:],
+                     slot_ad(canonical, kind))
+
+
+# ---------------------------------------------------------------------------
+# §4 File contents
+# ---------------------------------------------------------------------------
+
+HEADER_VERSION = 1
+BLOCK_SIZE = 4096
+
+
+def content_header(file_id: bytes) -> bytes:
+    """§4 header = u16 version (0x0001) ‖ file ID (16 bytes)."""
+    assert len(file_id) == 16
+    return u16(HEADER_VERSION) + file_id
+
+
+def content_block(k_content: bytes, file_id: bytes, index: int, nonce: bytes,
+                  plaintext: bytes) -> bytes:
+    """§4 block i = nonce ‖ AEAD_seal(K_content, nonce, plaintext, AD = file ID ‖ u64 i)."""
+    assert 1 <= len(plaintext) <= BLOCK_SIZE
+    return nonce + aead_seal(k_content, nonce, plaintext, file_id + u64(index))
+
+
+# ---------------------------------------------------------------------------
+# §5 Names
+# ---------------------------------------------------------------------------
+
+def pkcs7_pad(p: bytes) -> bytes:
+    """§5 padded = p ‖ k bytes of value k, k = 16 − (len(p) mod 16)."""
+    k = 16 - (len(p) % 16)
+    return p + bytes([k]) * k
+
+
+def pkcs7_unpad(padded: bytes):
+    if not padded or len(padded) % 16:
+        return None
+    k = padded[-1]
+    if not 1 <= k <= 16 or padded[-k:] != bytes([k]) * k:
+        return None
+    return padded[:-k]
+
+
+def encrypt_name(k_mac: bytes, k_stream: bytes, iv: bytes, plain: bytes) -> str:
+    """§5 stored = base64url(siv ‖ body)."""
+    padded = pkcs7_pad(plain)
+    siv = blake2b(16, iv + padded, key=k_mac)
+    body = xchacha20_xor(padded, siv + bytes(8), k_stream)
+    return b64url(siv + body)
+
+
+def decrypt_name(k_mac: bytes, k_stream: bytes, iv: bytes, stored: str):
+    """§5 decryption: recompute the SIV, compare in constant time, check padding."""
+    try:
+        raw = b64url_decode(stored)
+    except ValueError:
+        return None
+    if len(raw) < 32 or len(raw) % 16:
+        return None
+    siv, body = raw[:16], raw[16:]
+    padded = xchacha20_xor(body, siv + bytes(8), k_stream)
+    if not hmac.compare_digest(siv, blake2b(16, iv + padded, key=k_mac)):
+        return None
+    return pkcs7_unpad(padded)
+
+
+# ---------------------------------------------------------------------------
+# §6 Long names
+# ---------------------------------------------------------------------------
+
+LONG_PREFIX = "coffer.long."
+
+
+def long_name(stored: str) -> str:
+    """§6 coffer.long.<base64url(BLAKE2b-32(no key, stored))>."""
+    return LONG_PREFIX + b64url(blake2b(32, stored.encode("ascii")))
+
+
+def backing_name(k_mac: bytes, k_stream: bytes, iv: bytes, plain: bytes):
+    """§5/§6: (entry name, sidecar content or None)."""
+    stored = encrypt_name(k_mac, k_stream, iv, plain)
+    if len(stored) > 255:
+        return long_name(stored), stored
+    return stored, None
+
+
+# ---------------------------------------------------------------------------
+# §10 Test vectors
+# ---------------------------------------------------------------------------
+
+def seq(first: int, last: int) -> bytes:
+    """The byte run `first first+1 … last` used by §10."""
+    return bytes(range(first, last + 1))
+
+
+# Inputs, as stated in the prose of §10.
+MASTER_KEY = seq(0x00, 0x1F)
+FILE_ID = seq(0xA0, 0xAF)
+BLOCK_INDEX = 3
+BLOCK_NONCE = seq(0x40, 0x57)
+BLOCK_PLAINTEXT = seq(0x00, 0x63)
+DIR_IV = seq(0xF0, 0xFF)
+CREATED = "2026-01-01T00:00:00Z"
+SALT = seq(0x10, 0x1F)
+OPS_LIMIT = 2
+MEM_LIMIT = 67108864
+PASS_SLOT_NONCE = seq(0x60, 0x77)
+RECOVERY_KEY = seq(0x80, 0x9F)
+RECOVERY_SLOT_NONCE = seq(0x90, 0xA7)
+
+# Fixed values of format 1 (§3).
+FORMAT = 1
+CONTENT_CIPHER = "xchacha20-poly1305"
+KDF_ALGORITHM = "argon2id13"
+
+
+def read_vectors(path: str) -> dict:
+    """Parse `name = value` lines between the vector markers; indented lines continue
+    the previous value and are appended with their surrounding white space removed."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("<!-- vectors:begin -->", 1)[1].split("<!-- vectors:end -->", 1)[0]
+    vectors, last = {}, None
+    for line in block.splitlines():
+        if not line.strip() or line.strip().startswith("```"):
+            continue
+        if line[0].isspace():
+            if last is None:
+                raise ValueError("continuation line before any vector: %r" % line)
+            vectors[last] += line.strip()
+            continue
+        name, sep, value = line.partition(" = ")
+        if not sep:
+            raise ValueError("unparseable vector line: %r" % line)
+        last = name.strip()
+        vectors[last] = value.strip()
+    return vectors
+
+
+def parse_repeat(description: str) -> bytes:
+    """`200 × 'L' (0x4c)` → 200 bytes of 0x4c."""
+    m = re.fullmatch(r"(\d+)\s*×\s*'(.)'(?:\s*\(0x([0-9a-fA-F]{2})\))?", description)
+    if not m:
+        raise ValueError("unrecognised repeated-byte description: %r" % description)
+    byte = m.group(2).encode("ascii")
+    if m.group(3) and byte != bytes.fromhex(m.group(3)):
+        raise ValueError("character and hex code disagree in %r" % description)
+    return byte * int(m.group(1))
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    vectors = read_vectors(os.path.join(here, "..", "..", "docs", "FORMAT.md"))
+    results = []  # (name, expected, got)
+
+    def check(name, got, expected=None):
+        if expected is None:
+            expected = vectors.get(name, "<missing from FORMAT.md>")
+        results.append((name, expected, got))
+
+    # §2 master key and subkeys
+    check("master_key", MASTER_KEY.hex())
+    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 7)}
+    for i in range(1, 7):
+        check("subkey_%d" % i, keys[i].hex())
+
+    # §4 content
+    check("content_file_header", content_header(FILE_ID).hex())
+    check("content_block_3", content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
+                                           BLOCK_NONCE, BLOCK_PLAINTEXT).hex())
+
+    # §5 short name
+    k_mac, k_stream = keys[SUBKEY_NAME_MAC], keys[SUBKEY_NAME_STREAM]
+    short_plain = vectors["name_short_plain"].encode("utf-8")
+    short_name, short_sidecar = backing_name(k_mac, k_stream, DIR_IV, short_plain)
+    check("name_short_backing", short_name)
+    check("name_short_plain",
+          repr(decrypt_name(k_mac, k_stream, DIR_IV, vectors["name_short_backing"])),
+          repr(short_plain))
+    check("roundtrip:name_short_is_short", repr(short_sidecar), repr(None))
+
+    # tampered copies of the documented short name: one flipped byte in the SIV, in the
+    # body, and in the padding byte; each must be refused
+    raw = b64url_decode(vectors["name_short_backing"])
+    for label, pos in (("siv", 0), ("body", 16), ("padding", len(raw) - 1)):
+        tampered = bytearray(raw)
+        tampered[pos] ^= 0x01
+        got = decrypt_name(k_mac, k_stream, DIR_IV, b64url(bytes(tampered)))
+        check("roundtrip:name_short_tampered_%s_refused" % label, repr(got), repr(None))
+
+    # the same name with the unused low bits of its last base64url character set:
+    # a lenient decoder would accept it as a second spelling of "hello.txt"
+    name = vectors["name_short_backing"]
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    respelled = name[:-1] + alphabet[alphabet.index(name[-1]) ^ 0x01]
+    check("roundtrip:name_short_noncanonical_base64_refused",
+          repr(decrypt_name(k_mac, k_stream, DIR_IV, respelled)), repr(None))
+
+    # §6 long name
+    long_plain = parse_repeat(vectors["name_long_plain"])
+    long_entry, long_sidecar = backing_name(k_mac, k_stream, DIR_IV, long_plain)
+    check("name_long_backing", long_entry)
+    check("name_long_sidecar", long_sidecar)
+    sidecar_doc = vectors["name_long_sidecar"]
+    check("name_long_plain",
+          repr(decrypt_name(k_mac, k_stream, DIR_IV, sidecar_doc)), repr(long_plain))
+    check("roundtrip:long_name_length_55", str(len(long_entry)), "55")
+    check("roundtrip:sidecar_hash_matches_entry", long_name(sidecar_doc),
+          vectors["name_long_backing"])
+
+    # §3 config
+    canonical = canonical_parameters(FORMAT, CREATED, CONTENT_CIPHER, BLOCK_SIZE,
+                                     KDF_ALGORITHM, OPS_LIMIT, MEM_LIMIT, SALT)
+    check("config_canonical_parameters", canonical.hex())
+    check("config_checksum", config_checksum(canonical))
+
+    # §2/§3 passphrase slot
+    passphrase = vectors["slot_passphrase"].encode("utf-8")
+    kek_p = kek_pass(passphrase, SALT, OPS_LIMIT, MEM_LIMIT)
+    check("slot_passphrase_kek", kek_p.hex())
+    check("slot_passphrase_wrapped",
+          wrap_key_slot(kek_p, PASS_SLOT_NONCE, MASTER_KEY, canonical, "passphrase"))
+    opened = unwrap_key_slot(kek_p, vectors["slot_passphrase_wrapped"], canonical, "passphrase")
+    check("slot_passphrase", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
+    wrong_kind = unwrap_key_slot(kek_p, vectors["slot_passphrase_wrapped"], canonical,
+                                 "recovery")
+    check("roundtrip:passphrase_slot_refused_as_recovery", repr(wrong_kind), repr(None))
+
+    # §2/§3 recovery key and slot
+    check("slot_recovery_key", format_recovery_key(RECOVERY_KEY))
+    sloppy = vectors["slot_recovery_key"].upper().replace("-", " ", 3) + "\n"
+    check("roundtrip:recovery_key_parses", parse_recovery_key(sloppy).hex(), RECOVERY_KEY.hex())
+    kek_r = kek_rec(RECOVERY_KEY)
+    check("slot_recovery_wrapped",
+          wrap_key_slot(kek_r, RECOVERY_SLOT_NONCE, MASTER_KEY, canonical, "recovery"))
+    opened = unwrap_key_slot(kek_r, vectors["slot_recovery_wrapped"], canonical, "recovery")
+    check("roundtrip:recovery_slot_opens", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
+
+    # every vector of the document must have been checked
+    checked = {name for name, _, _ in results}
+    for name in sorted(set(vectors) - checked):
+        results.append((name, vectors[name], "<not checked by this script>"))
+
+    passed = failed = 0
+    for name, expected, got in results:
+        if expected == got:
+            passed += 1
+            print("ok", name)
+        else:
+            failed += 1
+            print("MISMATCH %s: expected %s got %s" % (name, expected, got))
+    print("vectors: %d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
