@@ -21,9 +21,11 @@ let package = Package(
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
         // Layer 3: the backing-directory format.
         .target(name: "CofferVault", dependencies: ["CofferCrypto"]),
+        // Layer 4: the FUSE bridge — kernel requests to vault calls, no crypto.
+        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault"]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CofferCrypto", "CofferVault",
+            "CofferCrypto", "CofferVault", "CofferFUSE",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),

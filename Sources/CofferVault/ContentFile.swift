@@ -9,9 +9,15 @@ import CofferCrypto
 import Glibc
 
 /// The file ID of one backing inode, cached once read; shared by all its open files.
-public final class FileIDCache {
-    var fileID: FileID?
+public final class FileIDCache: @unchecked Sendable {
+    private let lock = Lock()
+    private var id: FileID?
     public init() {}
+
+    var fileID: FileID? {
+        get { lock.withLock { id } }
+        set { lock.withLock { id = newValue } }
+    }
 }
 
 public struct ContentFile {

@@ -11,11 +11,16 @@ public enum DirectoryIV {
     @discardableResult
     public static func create(in dir: Int32) throws -> [UInt8] {
         let iv = Sodium.randomArray(count: NameCipher.ivSize)
+        try write(iv, in: dir)
+        return iv
+    }
+
+    /// Writes `iv` as the IV file of `dir` (which must not have one) and makes it durable.
+    static func write(_ iv: [UInt8], in dir: Int32) throws {
         let fd = try Sys.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         defer { Sys.close(fd) }
         try iv.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
         try Sys.fsync(fd)
-        return iv
     }
 
     /// Reads the IV of the backing directory `dir`.

@@ -129,8 +129,16 @@ public enum Sys {
         return Array(out.prefix(n))
     }
 
-    /// The names in directory `dir` (without "." and ".."), read through a new descriptor.
-    public static func listDirectory(_ dir: Int32) throws -> [String] {
+    /// An entry of a backing directory as getdents reports it.
+    public struct DirectoryEntry {
+        public let name: String
+        public let ino: UInt64
+        /// d_type (DT_REG, DT_DIR, …).
+        public let type: UInt8
+    }
+
+    /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
+    public static func readDirectory(_ dir: Int32) throws -> [DirectoryEntry] {
         let fd = try open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
         guard let stream = fdopendir(fd) else {
             let error = Errno.current("fdopendir")
@@ -138,14 +146,21 @@ public enum Sys {
             throw error
         }
         defer { closedir(stream) }
-        var names: [String] = []
+        var entries: [DirectoryEntry] = []
         while let entry = readdir(stream) {
             let name = withUnsafePointer(to: entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
-            if name != "." && name != ".." { names.append(name) }
+            if name != "." && name != ".." {
+                entries.append(DirectoryEntry(name: name, ino: UInt64(entry.pointee.d_ino), type: entry.pointee.d_type))
+            }
         }
-        return names
+        return entries
+    }
+
+    /// The names in directory `dir` (without "." and "..").
+    public static func listDirectory(_ dir: Int32) throws -> [String] {
+        try readDirectory(dir).map(\.name)
     }
 }
 

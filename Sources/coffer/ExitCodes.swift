@@ -32,6 +32,24 @@ public enum ExitStatus: Int32, CaseIterable {
     case passphraseUnreadable = 24
     /// The recovery key could not be written to --recovery-key-out.
     case recoveryKeyUnwritable = 25
+    /// MOUNTPOINT does not exist.
+    case mountpointMissing = 30
+    /// MOUNTPOINT is not a directory.
+    case mountpointNotDirectory = 31
+    /// MOUNTPOINT is not empty.
+    case mountpointNotEmpty = 32
+    /// MOUNTPOINT is already a mount point.
+    case mountpointBusy = 33
+    /// /dev/fuse cannot be opened (no FUSE in this kernel or container).
+    case fuseUnavailable = 34
+    /// The kernel refused the mount (fusermount3 missing or not setuid, mount limits…).
+    case mountFailed = 35
+    /// MOUNTPOINT is not a coffer mount (unmount).
+    case notMounted = 36
+    /// The mount is in use and cannot be unmounted.
+    case unmountBusy = 37
+    /// The daemon ended before reporting the mount live.
+    case daemonDied = 38
 
     /// One line for the README table.
     var meaning: String {
@@ -51,6 +69,15 @@ public enum ExitStatus: Int32, CaseIterable {
         case .wrongRecoveryKey: return "wrong or malformed recovery key"
         case .passphraseUnreadable: return "the passphrase could not be read"
         case .recoveryKeyUnwritable: return "the recovery key file could not be written"
+        case .mountpointMissing: return "MOUNTPOINT does not exist"
+        case .mountpointNotDirectory: return "MOUNTPOINT is not a directory"
+        case .mountpointNotEmpty: return "MOUNTPOINT is not empty"
+        case .mountpointBusy: return "MOUNTPOINT is already a mount point"
+        case .fuseUnavailable: return "/dev/fuse is unavailable"
+        case .mountFailed: return "the kernel refused the mount"
+        case .notMounted: return "unmount: MOUNTPOINT is not a coffer mount"
+        case .unmountBusy: return "unmount: the mount is busy"
+        case .daemonDied: return "the daemon ended before the mount was live"
         }
     }
 }

@@ -1,0 +1,85 @@
+// FuseSession owns one libfuse low-level session: it mounts a PlainFileSystem at a
+// mountpoint, serves it on a pool of threads until unmounted or signalled, and
+// unmounts. It can also tell the kernel to drop what it caches of the mount.
+import CFuse
+import CofferVault
+import Glibc
+
+public final class FuseSession {
+    public struct Options {
+        /// Let users other than the mount owner in; the kernel then checks modes
+        /// (default_permissions).
+        public var allowOther = false
+        public var readOnly = false
+        /// Extra `-o` options passed to libfuse as given.
+        public var extra: [String] = []
+        /// Shown as the source in /proc/mounts.
+        public var fsName = "coffer"
+        public init() {}
+    }
+
+    private let fs: PlainFileSystem
+    private var ops: fuse_lowlevel_ops
+    private var session: OpaquePointer?
+    private var mounted = false
+
+    public init(fs: PlainFileSystem, options: Options) throws {
+        self.fs = fs
+        self.ops = FuseOperations.table()
+        var mountOptions = ["fsname=\(options.fsName)", "subtype=coffer"]
+        if options.allowOther { mountOptions += ["allow_other", "default_permissions"] }
+        if options.readOnly { mountOptions.append("ro") }
+        mountOptions += options.extra
+        let arguments = ["coffer", "-o", mountOptions.joined(separator: ",")]
+        // fuse_session_new copies what it keeps; the argv strings only live for the call.
+        var cStrings = arguments.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        session = cStrings.withUnsafeMutableBufferPointer { argv -> OpaquePointer? in
+            var args = fuse_args(argc: Int32(argv.count), argv: argv.baseAddress, allocated: 0)
+            return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
+                                    Unmanaged.passUnretained(fs).toOpaque())
+        }
+        guard session != nil else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
+    }
+
+    deinit {
+        if let session {
+            if mounted { fuse_session_unmount(session) }
+            fuse_session_destroy(session)
+        }
+    }
+
+    /// Mounts at `mountpoint` (through fusermount3 when not root) and installs handlers
+    /// that end the loop on SIGINT, SIGTERM and SIGHUP.
+    public func mount(at mountpoint: String) throws {
+        guard fuse_set_signal_handlers(session) == 0 else { throw Errno(EIO, "fuse_set_signal_handlers") }
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            fuse_remove_signal_handlers(session)
+            throw Errno(EIO, "mount")
+        }
+        mounted = true
+    }
+
+    /// Serves requests on up to `threads` threads until the mount goes away or a
+    /// signal arrives; then unmounts. Returns libfuse's status (0: clean exit).
+    @discardableResult
+    public func run(threads: Int = 8) -> Int32 {
+        var config = fuse_loop_config(clone_fd: 0, max_idle_threads: UInt32(threads))
+        let status = fuse_session_loop_mt_32(session, &config)
+        fuse_remove_signal_handlers(session)
+        if mounted {
+            fuse_session_unmount(session)
+            mounted = false
+        }
+        return status
+    }
+
+    /// Ends the loop from another thread (e.g. the control socket's unmount).
+    public func exit() { fuse_session_exit(session) }
+
+    /// Tells the kernel to drop its cached pages and attributes of `node`.
+    @discardableResult
+    public func invalidate(node: UInt64) -> Int32 {
+        fuse_lowlevel_notify_inval_inode(session, node, 0, 0)
+    }
+}

@@ -1,0 +1,71 @@
+// LinuxCalls reaches the Linux-only calls that Swift's Glibc module does not export
+// (they sit behind _GNU_SOURCE): renameat2, fallocate and the xattr family, resolved
+// once from the C library with dlsym, plus their flag values.
+import Glibc
+
+/// renameat2(2) flags (<linux/fs.h>).
+public let RENAME_NOREPLACE: UInt32 = 1
+public let RENAME_EXCHANGE: UInt32 = 2
+/// fallocate(2) flag (<linux/falloc.h>).
+public let FALLOC_FL_KEEP_SIZE: Int32 = 1
+/// utimensat(2) special nanosecond values (<sys/stat.h>).
+public let UTIME_NOW: Int = (1 << 30) - 1
+public let UTIME_OMIT: Int = (1 << 30) - 2
+/// setxattr(2) flags (<sys/xattr.h>).
+public let XATTR_CREATE: Int32 = 1
+public let XATTR_REPLACE: Int32 = 2
+
+enum LinuxCalls {
+    private static func resolve<T>(_ name: String, as type: T.Type) -> T {
+        // RTLD_DEFAULT is the null handle: search the process's global symbols (libc).
+        guard let symbol = dlsym(nil, name) else { fatalError("the C library has no \(name)") }
+        return unsafeBitCast(symbol, to: type)
+    }
+
+    typealias PathPtr = UnsafePointer<CChar>?
+
+    static let renameat2 = resolve("renameat2", as: (@convention(c) (Int32, PathPtr, Int32, PathPtr, UInt32) -> Int32).self)
+    static let fallocate = resolve("fallocate", as: (@convention(c) (Int32, Int32, off_t, off_t) -> Int32).self)
+    static let setxattr = resolve("setxattr", as: (@convention(c) (PathPtr, PathPtr, UnsafeRawPointer?, Int, Int32) -> Int32).self)
+    static let getxattr = resolve("getxattr", as: (@convention(c) (PathPtr, PathPtr, UnsafeMutableRawPointer?, Int) -> Int).self)
+    static let listxattr = resolve("listxattr", as: (@convention(c) (PathPtr, UnsafeMutablePointer<CChar>?, Int) -> Int).self)
+    static let removexattr = resolve("removexattr", as: (@convention(c) (PathPtr, PathPtr) -> Int32).self)
+}
+
+extension Sys {
+    /// renameat2(2).
+    public static func rename(_ from: String, in fromDir: Int32, to: String, in toDir: Int32, flags: UInt32) throws {
+        try retryOnInterrupt("renameat2") { LinuxCalls.renameat2(fromDir, from, toDir, to, flags) }
+    }
+
+    /// fallocate(2).
+    public static func fallocate(_ fd: Int32, mode: Int32, offset: Int64, length: Int64) throws {
+        try retryOnInterrupt("fallocate") { LinuxCalls.fallocate(fd, mode, off_t(offset), off_t(length)) }
+    }
+
+    /// setxattr(2) on `path`.
+    public static func setXattr(_ path: String, _ name: String, _ value: [UInt8], flags: Int32) throws {
+        try retryOnInterrupt("setxattr") { value.withUnsafeBytes { LinuxCalls.setxattr(path, name, $0.baseAddress, $0.count, flags) } }
+    }
+
+    /// getxattr(2) on `path`: the whole value.
+    public static func getXattr(_ path: String, _ name: String) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let n = try retryOnInterrupt("getxattr") {
+            buffer.withUnsafeMutableBytes { LinuxCalls.getxattr(path, name, $0.baseAddress, $0.count) }
+        }
+        return Array(buffer.prefix(n))
+    }
+
+    /// listxattr(2) on `path`: the names.
+    public static func listXattrs(_ path: String) throws -> [String] {
+        var buffer = [CChar](repeating: 0, count: 65536)
+        let n = try retryOnInterrupt("listxattr") { LinuxCalls.listxattr(path, &buffer, buffer.count) }
+        return buffer.prefix(n).split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+    }
+
+    /// removexattr(2) on `path`.
+    public static func removeXattr(_ path: String, _ name: String) throws {
+        try retryOnInterrupt("removexattr") { LinuxCalls.removexattr(path, name) }
+    }
+}

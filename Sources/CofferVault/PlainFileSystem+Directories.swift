@@ -1,0 +1,87 @@
+// Listing directories of the plaintext view: a listing decrypts every name once, at
+// opendir (or rewind); readdirplus then enters entries by their backing names.
+import CofferCrypto
+import Glibc
+
+/// One entry of a plaintext directory listing.
+public struct ListedEntry {
+    public let name: [UInt8]
+    public let ino: UInt64
+    /// d_type (DT_REG, DT_DIR, …).
+    public let type: UInt8
+    /// Its name in the backing directory ("." and ".." for themselves).
+    let backingName: String
+
+    /// "." or "..": listed, but never entered by readdirplus.
+    public var isDotOrDotDot: Bool { backingName == "." || backingName == ".." }
+}
+
+/// An open directory: the node and the listing taken at opendir or rewind.
+final class OpenDirectory {
+    let node: Node
+    var entries: [ListedEntry] = []
+
+    init(node: Node) { self.node = node }
+
+    var handle: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passRetained(self).toOpaque())) }
+
+    static func borrow(_ handle: UInt64) -> OpenDirectory {
+        Unmanaged<OpenDirectory>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).takeUnretainedValue()
+    }
+
+    static func release(_ handle: UInt64) {
+        Unmanaged<OpenDirectory>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).release()
+    }
+}
+
+extension PlainFileSystem {
+    public func opendir(_ id: UInt64) throws -> UInt64 {
+        try withKeys { keys in
+            let directory = OpenDirectory(node: nodes.node(id))
+            try load(directory, keys: keys)
+            return directory.handle
+        }
+    }
+
+    /// Reads and decrypts the backing directory. A name that fails to decrypt is left
+    /// out, with one log line: it is never shown as garbage.
+    private func load(_ directory: OpenDirectory, keys: Keys) throws {
+        let node = directory.node
+        // ".." gets a placeholder inode number: 0 would make readdir(3) skip it.
+        let iv = try reportingDamage(node) { try node.directoryIV() }
+        var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
+                       ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
+        for backing in try Sys.readDirectory(node.fd) {
+            do {
+                guard let name = try keys.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
+                entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
+            } catch {
+                log("damage: in \(node.plaintextPath): \(error); entry hidden")
+            }
+        }
+        directory.entries = entries
+    }
+
+    /// The listing from `offset` on (offset 0 re-reads the directory, as rewinddir does).
+    public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
+        try withKeys { keys in
+            let directory = OpenDirectory.borrow(handle)
+            if offset == 0 { try load(directory, keys: keys) }
+            return directory.entries.dropFirst(offset)
+        }
+    }
+
+    /// Enters a listed entry for readdirplus: no name is encrypted again.
+    public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
+        try withKeys { _ in
+            let directory = OpenDirectory.borrow(handle)
+            return try enter(entry.backingName, in: directory.node, plainName: entry.name)
+        }
+    }
+
+    public func releasedir(_ handle: UInt64) { OpenDirectory.release(handle) }
+
+    public func fsyncdir(_ handle: UInt64) throws {
+        try withKeys { _ in try AtomicFile.syncDirectory(OpenDirectory.borrow(handle).node.fd) }
+    }
+}

@@ -1,0 +1,187 @@
+// Creating, linking, renaming and removing entries of the plaintext view.
+import CofferCrypto
+import Glibc
+
+extension PlainFileSystem {
+    /// Prepares a new name in `parent`: its backing name, with the long-name sidecar written.
+    private func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
+        let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+        try NameTransform.writeSidecar(backing, in: dir.fd)
+        return backing
+    }
+
+    /// Runs `create` for a new entry; removes a sidecar it no longer needs if that fails.
+    private func creating(_ backing: BackingName, in dir: Node, _ create: () throws -> Void) throws {
+        do {
+            try create()
+        } catch let error as Errno where error.code != EEXIST {
+            NameTransform.removeSidecar(backing, in: dir.fd)
+            throw error
+        }
+    }
+
+    /// Gives a new entry to the caller (a root daemon serving other users).
+    private func own(_ backingName: String, in dir: Node, caller: Caller) throws {
+        guard options.preserveOwner else { return }
+        try retryOnInterrupt("fchownat") {
+            fchownat(dir.fd, backingName, caller.uid, caller.gid, AT_SYMLINK_NOFOLLOW)
+        }
+    }
+
+    public func mkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try newName(name, in: dir, keys: keys)
+            // Owner-writable until the IV file is in, whatever mode was asked for.
+            try creating(backing, in: dir) { try Sys.mkdir(backing.name, in: dir.fd, mode: 0o700) }
+            let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+            defer { Sys.close(fd) }
+            do {
+                try DirectoryIV.create(in: fd)
+                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777) }
+                try own(backing.name, in: dir, caller: caller)
+            } catch {
+                try? Sys.unlink(DirectoryIV.fileName, in: fd)
+                try? Sys.unlink(backing.name, in: dir.fd, directory: true)
+                NameTransform.removeSidecar(backing, in: dir.fd)
+                throw error
+            }
+            return try enter(backing.name, in: dir, plainName: name)
+        }
+    }
+
+    public func mknod(parent: UInt64, name: [UInt8], mode: mode_t, device: dev_t, caller: Caller) throws -> Entry {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try newName(name, in: dir, keys: keys)
+            try creating(backing, in: dir) {
+                if mode & S_IFMT == S_IFREG {
+                    Sys.close(try Sys.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777))
+                } else {
+                    try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
+                }
+            }
+            try own(backing.name, in: dir, caller: caller)
+            return try enter(backing.name, in: dir, plainName: name)
+        }
+    }
+
+    public func symlink(target: [UInt8], parent: UInt64, name: [UInt8], caller: Caller) throws -> Entry {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let stored = try keys.symlinks.encrypt(target)
+            let backing = try newName(name, in: dir, keys: keys)
+            try creating(backing, in: dir) { try Sys.symlink(target: stored, name: backing.name, in: dir.fd) }
+            try own(backing.name, in: dir, caller: caller)
+            return try enter(backing.name, in: dir, plainName: name)
+        }
+    }
+
+    public func readlink(_ id: UInt64) throws -> [UInt8] {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            return try reportingDamage(node) { try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd)) }
+        }
+    }
+
+    public func link(_ id: UInt64, newParent: UInt64, newName name: [UInt8]) throws -> Entry {
+        try withKeys { keys in
+            let node = nodes.node(id), dir = nodes.node(newParent)
+            let backing = try newName(name, in: dir, keys: keys)
+            try creating(backing, in: dir) {
+                try retryOnInterrupt("linkat") { linkat(AT_FDCWD, node.procPath, dir.fd, backing.name, AT_SYMLINK_FOLLOW) }
+            }
+            return try enter(backing.name, in: dir, plainName: name)
+        }
+    }
+
+    public func unlink(parent: UInt64, name: [UInt8]) throws {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            try Sys.unlink(backing.name, in: dir.fd)
+            NameTransform.removeSidecar(backing, in: dir.fd)
+        }
+    }
+
+    /// Removes an empty directory: its IV file first, restored if the removal fails.
+    public func rmdir(parent: UInt64, name: [UInt8]) throws {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+            defer { Sys.close(fd) }
+            guard try Sys.listDirectory(fd).allSatisfy({ $0 == DirectoryIV.fileName }) else {
+                throw Errno(ENOTEMPTY, "rmdir")
+            }
+            let iv = try? DirectoryIV.read(in: fd)
+            try? Sys.unlink(DirectoryIV.fileName, in: fd)
+            do {
+                try Sys.unlink(backing.name, in: dir.fd, directory: true)
+            } catch {
+                if let iv { try? DirectoryIV.write(iv, in: fd) }
+                throw error
+            }
+            NameTransform.removeSidecar(backing, in: dir.fd)
+        }
+    }
+
+    /// rename(2)/renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
+    public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        try withKeys { keys in
+            let from = nodes.node(parent), to = nodes.node(newParent)
+            let old = try keys.names.backingName(for: name, dirIV: try from.directoryIV())
+            let new = try self.newName(newName, in: to, keys: keys)
+            try Sys.rename(old.name, in: from.fd, to: new.name, in: to.fd, flags: flags)
+            // With RENAME_EXCHANGE both names still exist; otherwise the old one is gone
+            // (unless it was renamed onto itself).
+            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new) {
+                NameTransform.removeSidecar(old, in: from.fd)
+            }
+        }
+    }
+
+    /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.
+    public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            if let mode = changes.mode, !node.isSymlink {
+                try retryOnInterrupt("chmod") { chmod(node.procPath, mode & 0o7777) }
+            }
+            if changes.uid != nil || changes.gid != nil {
+                try retryOnInterrupt("fchownat") {
+                    fchownat(node.fd, "", changes.uid ?? uid_t.max, changes.gid ?? gid_t.max,
+                             AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+                }
+            }
+            if let size = changes.size {
+                guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
+                try withWritableDescriptor(node, handle: handle) { fd in
+                    try reportingDamage(node) {
+                        try node.content.writing {
+                            try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: size)
+                        }
+                    }
+                }
+            }
+            if changes.accessTime != nil || changes.modificationTime != nil {
+                let omit = timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
+                let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
+                try retryOnInterrupt("utimensat") { utimensat(AT_FDCWD, node.procPath, times, 0) }
+            }
+            return plain(try Sys.stat(node.fd))
+        }
+    }
+}
+
+/// The attributes a setattr request changes; nil leaves one as it is.
+public struct AttributeChanges {
+    public var mode: mode_t?
+    public var uid: uid_t?
+    public var gid: gid_t?
+    public var size: Int64?
+    /// tv_nsec may be UTIME_NOW.
+    public var accessTime: timespec?
+    public var modificationTime: timespec?
+    public init() {}
+}

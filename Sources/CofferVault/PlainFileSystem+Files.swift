@@ -1,0 +1,160 @@
+// Opening, reading, writing and syncing files of the plaintext view.
+import CofferCrypto
+import Glibc
+
+/// An open file: a read-write (or read-only) descriptor of the backing file. Its
+/// address is the handle the kernel passes back with every request.
+final class OpenFile {
+    let node: Node
+    let fd: Int32
+    let writable: Bool
+
+    init(node: Node, fd: Int32, writable: Bool) {
+        self.node = node
+        self.fd = fd
+        self.writable = writable
+    }
+
+    deinit { Sys.close(fd) }
+
+    var handle: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passRetained(self).toOpaque())) }
+
+    static func borrow(_ handle: UInt64) -> OpenFile {
+        Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).takeUnretainedValue()
+    }
+
+    static func release(_ handle: UInt64) {
+        Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).release()
+    }
+}
+
+extension PlainFileSystem {
+    /// Flags for the backing descriptor. Writing needs reading too (read-modify-write of
+    /// blocks); O_APPEND is dropped (the kernel sends the offset), O_TRUNC is applied to
+    /// the plaintext afterwards, O_DIRECT does not fit block-sized ciphertext.
+    static func backingFlags(_ flags: Int32) -> (flags: Int32, writable: Bool) {
+        let writable = flags & O_ACCMODE != O_RDONLY
+        let kept = flags & (O_SYNC | O_DSYNC)
+        return ((writable ? O_RDWR : O_RDONLY) | kept, writable)
+    }
+
+    private func openHandle(_ node: Node, fd: Int32, writable: Bool, truncate: Bool, keys: Keys) throws -> UInt64 {
+        let file = OpenFile(node: node, fd: fd, writable: writable)
+        if truncate && writable {
+            try node.content.writing {
+                try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
+            }
+        }
+        return file.handle
+    }
+
+    public func open(_ id: UInt64, flags: Int32) throws -> UInt64 {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            let (backingFlags, writable) = Self.backingFlags(flags)
+            let fd = try Sys.open(node.procPath, flags: backingFlags)
+            return try openHandle(node, fd: fd, writable: writable, truncate: flags & O_TRUNC != 0, keys: keys)
+        }
+    }
+
+    public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            try NameTransform.writeSidecar(backing, in: dir.fd)
+            let (backingFlags, writable) = Self.backingFlags(flags)
+            let fd: Int32
+            do {
+                fd = try Sys.open(backing.name, in: dir.fd, flags: backingFlags | O_CREAT | O_NOFOLLOW | (flags & O_EXCL), mode: mode & 0o7777)
+            } catch let error as Errno where error.code != EEXIST {
+                NameTransform.removeSidecar(backing, in: dir.fd)
+                throw error
+            }
+            if options.preserveOwner {
+                _ = fchown(fd, caller.uid, caller.gid)
+            }
+            let entry: Entry
+            do {
+                entry = try enter(backing.name, in: dir, plainName: name)
+            } catch {
+                Sys.close(fd)
+                throw error
+            }
+            let handle = try openHandle(nodes.node(entry.node), fd: fd, writable: writable,
+                                        truncate: flags & O_TRUNC != 0, keys: keys)
+            return (entry, handle)
+        }
+    }
+
+    /// Reads up to `buffer.count` bytes at `offset`; a damaged block in the range is EIO.
+    public func read(_ handle: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        try withKeys { keys in
+            let file = OpenFile.borrow(handle)
+            return try reportingDamage(file.node) {
+                try file.node.content.reading {
+                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).read(into: buffer, at: offset)
+                }
+            }
+        }
+    }
+
+    public func write(_ handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+        try withKeys { keys in
+            let file = OpenFile.borrow(handle)
+            guard file.writable else { throw Errno(EBADF, "write") }
+            try reportingDamage(file.node) {
+                try file.node.content.writing {
+                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).write(data, at: offset)
+                }
+            }
+            return data.count
+        }
+    }
+
+    /// fsync(2)/fdatasync(2) of the backing file; works on a file already unlinked.
+    public func fsync(_ handle: UInt64, dataOnly: Bool) throws {
+        try withKeys { _ in
+            let fd = OpenFile.borrow(handle).fd
+            try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(fd) : Glibc.fsync(fd) }
+        }
+    }
+
+    /// The kernel closed its last reference to the handle. Needs no key.
+    public func release(_ handle: UInt64) { OpenFile.release(handle) }
+
+    /// fallocate(2), modes 0 and FALLOC_FL_KEEP_SIZE: the backing blocks are reserved
+    /// (zeros, which read as holes); mode 0 then extends the plaintext size.
+    public func fallocate(_ handle: UInt64, mode: Int32, offset: Int64, length: Int64) throws {
+        try withKeys { keys in
+            guard mode & ~FALLOC_FL_KEEP_SIZE == 0 else { throw Errno(EOPNOTSUPP, "fallocate") }
+            guard offset >= 0, length > 0 else { throw Errno(EINVAL, "fallocate") }
+            let file = OpenFile.borrow(handle)
+            guard file.writable else { throw Errno(EBADF, "fallocate") }
+            try file.node.content.writing {
+                let content = ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs)
+                let start = BlockLayout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
+                let end = BlockLayout.cipherSize(plainSize: offset + length)
+                try Sys.fallocate(file.fd, mode: FALLOC_FL_KEEP_SIZE, offset: start, length: end - start)
+                if mode == 0, try content.plainSize() < offset + length {
+                    try reportingDamage(file.node) { try content.truncate(to: offset + length) }
+                }
+            }
+        }
+    }
+
+    /// Runs `body` with a descriptor that can write the node's content: the open file's
+    /// if it has one, else a new one for the duration.
+    func withWritableDescriptor<R>(_ node: Node, handle: UInt64?, _ body: (Int32) throws -> R) throws -> R {
+        if let handle, OpenFile.borrow(handle).writable { return try body(OpenFile.borrow(handle).fd) }
+        let fd = try Sys.open(node.procPath, flags: O_RDWR)
+        defer { Sys.close(fd) }
+        return try body(fd)
+    }
+
+    /// access(2) on the backing inode, as the daemon's user.
+    public func access(_ id: UInt64, mask: Int32) throws {
+        try withKeys { _ in
+            try retryOnInterrupt("access") { Glibc.access(nodes.node(id).procPath, mask) }
+        }
+    }
+}

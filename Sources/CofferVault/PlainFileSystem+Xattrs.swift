@@ -1,0 +1,37 @@
+// Extended attributes of the plaintext view: every name and value encrypted, stored
+// as "user." xattrs of the backing inode (docs/FORMAT.md §8).
+import CofferCrypto
+import Glibc
+
+extension PlainFileSystem {
+    public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32) throws {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            let backing = try keys.xattrs.backingName(for: name)
+            let sealed = try keys.xattrs.sealValue(value, backingName: backing)
+            try Sys.setXattr(node.procPath, backing, sealed, flags: flags)
+        }
+    }
+
+    public func getxattr(_ id: UInt64, name: [UInt8]) throws -> [UInt8] {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            let backing = try keys.xattrs.backingName(for: name)
+            let sealed = try Sys.getXattr(node.procPath, backing)
+            return try reportingDamage(node) { try keys.xattrs.openValue(sealed, backingName: backing) }
+        }
+    }
+
+    /// The plaintext xattr names; backing xattrs that are not coffer's are left out.
+    public func listxattr(_ id: UInt64) throws -> [[UInt8]] {
+        try withKeys { keys in
+            try Sys.listXattrs(nodes.node(id).procPath).compactMap { keys.xattrs.plaintextName(ofBacking: $0) }
+        }
+    }
+
+    public func removexattr(_ id: UInt64, name: [UInt8]) throws {
+        try withKeys { keys in
+            try Sys.removeXattr(nodes.node(id).procPath, try keys.xattrs.backingName(for: name))
+        }
+    }
+}

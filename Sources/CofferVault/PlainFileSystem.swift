@@ -1,0 +1,173 @@
+// PlainFileSystem is the plaintext view of a vault: POSIX operations on nodes that the
+// kernel names by ID, each translated into *at() calls on the backing directory with
+// names, contents, symlink targets and xattrs encrypted. It holds the keys behind a
+// gate: while locked, every operation but stat/statfs of the root fails with EACCES.
+//
+// It knows nothing of FUSE: the bridge above it decodes requests, calls one method,
+// and replies with its result or its thrown error.
+import CofferCrypto
+import Glibc
+
+public final class PlainFileSystem: @unchecked Sendable {
+    public struct Options {
+        /// chown new entries to the calling user (a root daemon serving other users).
+        public var preserveOwner = false
+        public init(preserveOwner: Bool = false) { self.preserveOwner = preserveOwner }
+    }
+
+    /// Who asked: new entries belong to them when `preserveOwner` is set.
+    public struct Caller {
+        public var uid: uid_t
+        public var gid: gid_t
+        public init(uid: uid_t, gid: gid_t) { self.uid = uid; self.gid = gid }
+    }
+
+    /// A node handed to the kernel, with its plaintext attributes.
+    public struct Entry {
+        public let node: UInt64
+        public let attributes: stat
+    }
+
+    /// The keys and the codecs built on them; present only while unlocked.
+    struct Keys {
+        let set: KeySet
+        let names: NameTransform
+        let symlinks: SymlinkCodec
+        let xattrs: XattrCodec
+
+        init(_ set: KeySet) {
+            self.set = set
+            names = NameTransform(cipher: set.names)
+            symlinks = SymlinkCodec(box: set.metadata)
+            xattrs = XattrCodec(names: set.xattrNames, box: set.metadata)
+        }
+    }
+
+    public let vault: Vault
+    let options: Options
+    let nodes: NodeTable
+    /// Readers: every operation. Writer: unlock and lock, which wait for operations in flight.
+    private let gate = ReadWriteLock()
+    private var keys: Keys?
+    /// Where damage reports and other log lines go (stderr in the daemon).
+    public var log: @Sendable (String) -> Void = { _ in }
+
+    public init(vault: Vault, options: Options = Options()) throws {
+        self.vault = vault
+        self.options = options
+        let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
+        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
+    }
+
+    // MARK: The gate
+
+    /// Derives the subkeys from `master` and opens the view. The master key is wiped.
+    public func unlock(_ master: MasterKey) {
+        let set = KeySet(master: master)
+        master.wipe()
+        gate.writing {
+            keys?.set.wipe()
+            keys = Keys(set)
+        }
+    }
+
+    /// Closes the view: waits for operations in flight, then zeroes every key.
+    public func lock() {
+        gate.writing {
+            keys?.set.wipe()
+            keys = nil
+        }
+    }
+
+    public var isUnlocked: Bool { gate.reading { keys != nil } }
+
+    /// Runs `body` with the keys, or throws EACCES while locked.
+    func withKeys<R>(_ body: (Keys) throws -> R) throws -> R {
+        try gate.reading {
+            guard let keys else { throw Errno(EACCES, "locked") }
+            return try body(keys)
+        }
+    }
+
+    // MARK: Attributes
+
+    /// The plaintext view of a backing stat: sizes of files and symlinks converted.
+    func plain(_ st: stat) -> stat {
+        var out = st
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            let size = Int64(st.st_size)
+            // A damaged length still gets a size: the whole blocks before the cut.
+            out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size))
+                ?? max(0, (size - BlockLayout.headerSize) / BlockLayout.cipherBlockSize * BlockLayout.plainBlockSize))
+        case S_IFLNK:
+            out.st_size = SymlinkCodec.plainLength(storedLength: Int(st.st_size))
+        default:
+            break
+        }
+        return out
+    }
+
+    /// Attributes of a node. The root answers even while locked, so that `mountpoint`,
+    /// `df` and `stat` of the mount work.
+    public func getattr(_ id: UInt64) throws -> stat {
+        if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd)) }
+        return try withKeys { _ in plain(try Sys.stat(nodes.node(id).fd)) }
+    }
+
+    /// Free space of the backing file system, scaled to plaintext bytes. Works while locked.
+    public func statfs() throws -> statvfs {
+        var st = statvfs()
+        try retryOnInterrupt("fstatvfs") { fstatvfs(nodes.root.fd, &st) }
+        let scale = { (blocks: fsblkcnt_t) -> fsblkcnt_t in
+            fsblkcnt_t(Double(blocks) * Double(BlockLayout.plainBlockSize) / Double(BlockLayout.cipherBlockSize))
+        }
+        st.f_blocks = scale(st.f_blocks)
+        st.f_bfree = scale(st.f_bfree)
+        st.f_bavail = scale(st.f_bavail)
+        st.f_namemax = UInt(NameTransform.maxNameLength)
+        return st
+    }
+
+    // MARK: Names
+
+    /// Looks up `name` in directory `parent`: one name encryption, one openat, one fstat.
+    public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
+        try withKeys { keys in
+            let dir = nodes.node(parent)
+            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            return try enter(backing.name, in: dir, plainName: name)
+        }
+    }
+
+    /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
+    func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {
+        let fd = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+        let st: stat
+        do { st = try Sys.stat(fd) } catch { Sys.close(fd); throw error }
+        let node = nodes.remember(fd: fd, stat: st)
+        node.setName(plainName, parent: dir)
+        return Entry(node: nodes.id(of: node), attributes: plain(st))
+    }
+
+    /// The kernel dropped `count` references to `node`.
+    public func forget(_ node: UInt64, count: UInt64) { nodes.forget(node, count: count) }
+
+    /// Node IDs the kernel holds, for cache invalidation.
+    public func knownNodes() -> [UInt64] { nodes.allIDs() }
+
+    /// Number of nodes in the table besides the root (for tests of forget).
+    public var nodeCount: Int { nodes.count }
+
+    // MARK: Damage
+
+    /// Turns content damage into EIO with one log line naming the file and block.
+    func reportingDamage<R>(_ node: Node, _ body: () throws -> R) throws -> R {
+        do {
+            return try body()
+        } catch let error as VaultError {
+            log("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
+            throw error
+        }
+    }
+}

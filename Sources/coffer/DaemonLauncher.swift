@@ -1,0 +1,82 @@
+// DaemonLauncher starts `coffer mount --foreground` as a detached child (new session,
+// stdio on /dev/null) with a pipe for the passphrase and a pipe for its status, so no
+// secret ever appears in argv or the environment.
+import CofferCrypto
+import CofferVault
+import Foundation
+import Glibc
+
+struct DaemonLauncher {
+    /// glibc's POSIX_SPAWN_SETSID (<spawn.h>, a GNU extension Swift does not import).
+    private static let POSIX_SPAWN_SETSID: Int16 = 0x80
+
+    let pid: pid_t
+    private let secretFD: Int32
+    private let statusFD: Int32
+
+    /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
+    /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
+    static func spawn(arguments: [String]) throws -> DaemonLauncher {
+        var status: [Int32] = [0, 0], secret: [Int32] = [0, 0]
+        guard pipe(&status) == 0, pipe(&secret) == 0 else { throw Errno(errno, "pipe") }
+        for fd in status + secret { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, status[1], 3)
+        posix_spawn_file_actions_adddup2(&actions, secret[0], 4)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID)
+
+        var argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, &argv, environ)
+        close(status[1])
+        close(secret[0])
+        guard rc == 0 else {
+            close(status[0])
+            close(secret[1])
+            throw Errno(rc, "posix_spawn")
+        }
+        return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
+    }
+
+    /// Writes the secret and a newline into the child's passphrase pipe, then closes it.
+    func sendSecret(_ secret: SecureBytes) throws {
+        defer { close(secretFD) }
+        try writeSecretLine(secret, to: secretFD)
+    }
+
+    /// Waits for the child's status line; an exit without one is `daemonDied`.
+    func waitForStatus() -> (Int32, String) {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(statusFD, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            bytes += buffer.prefix(n)
+        }
+        close(statusFD)
+        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
+        guard let space = line.firstIndex(of: " ") ?? (line.isEmpty ? nil : line.endIndex),
+              let code = Int32(line[..<space]) else {
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(status >> 8))")
+        }
+        if code != 0 {
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        return (code, String(line[space...]).trimmingCharacters(in: .whitespaces))
+    }
+}

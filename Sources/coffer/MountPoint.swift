@@ -1,0 +1,78 @@
+// MountPoint checks a mountpoint before mounting and finds coffer mounts in the mount table.
+import CofferVault
+import Foundation
+import Glibc
+
+enum MountPoint {
+    /// The absolute, symlink-free path of `path` (it must exist).
+    static func canonical(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// One line of /proc/self/mountinfo: where, and what type.
+    struct Mount {
+        let path: String
+        let type: String
+    }
+
+    /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
+    static func mounts() -> [Mount] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count else { return nil }
+            return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]))
+        }
+    }
+
+    static func unescape(_ s: String) -> String {
+        var out = [UInt8](), bytes = Array(s.utf8), i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "\\"), i + 3 < bytes.count,
+               let v = UInt8(String(decoding: bytes[i + 1...i + 3], as: UTF8.self), radix: 8) {
+                out.append(v)
+                i += 4
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func isMounted(_ canonicalPath: String) -> Mount? {
+        mounts().last { $0.path == canonicalPath }
+    }
+
+    /// Throws the failure a user should see if `path` cannot be mounted on.
+    static func checkUsable(_ path: String) throws -> String {
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            if errno == ENOENT { throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) does not exist") }
+            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path): \(String(cString: strerror(errno)))")
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            throw CommandFailure(status: .mountpointNotDirectory, message: "mountpoint \(path) is not a directory")
+        }
+        guard let canonical = canonical(path) else {
+            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) cannot be resolved")
+        }
+        if isMounted(canonical) != nil {
+            throw CommandFailure(status: .mountpointBusy, message: "mountpoint \(path) is already a mount point")
+        }
+        let fd = Glibc.open(canonical, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            defer { close(fd) }
+            if let entries = try? Sys.listDirectory(fd), !entries.isEmpty {
+                throw CommandFailure(status: .mountpointNotEmpty, message: "mountpoint \(path) is not empty")
+            }
+        }
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+            throw CommandFailure(status: .fuseUnavailable,
+                                 message: "/dev/fuse is unavailable (\(String(cString: strerror(errno)))): is FUSE enabled in this kernel or container?")
+        }
+        return canonical
+    }
+}
