@@ -4,7 +4,15 @@ import CofferCrypto
 import Glibc
 
 extension PlainFileSystem {
+    /// "system." xattrs (POSIX ACLs) carry mode semantics the kernel would have to
+    /// enforce; stored as opaque data they would make tools like `cp -a` believe an ACL
+    /// replaced the mode. They are refused, so tools fall back to chmod.
+    private func refuseSystemNamespace(_ name: [UInt8]) throws {
+        if name.starts(with: Array("system.".utf8)) { throw Errno(EOPNOTSUPP, "xattr") }
+    }
+
     public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32) throws {
+        try refuseSystemNamespace(name)
         try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.xattrs.backingName(for: name)
@@ -14,7 +22,8 @@ extension PlainFileSystem {
     }
 
     public func getxattr(_ id: UInt64, name: [UInt8]) throws -> [UInt8] {
-        try withKeys { keys in
+        try refuseSystemNamespace(name)
+        return try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.xattrs.backingName(for: name)
             let sealed = try Sys.getXattr(node.procPath, backing)
@@ -30,6 +39,7 @@ extension PlainFileSystem {
     }
 
     public func removexattr(_ id: UInt64, name: [UInt8]) throws {
+        try refuseSystemNamespace(name)
         try withKeys { keys in
             try Sys.removeXattr(nodes.node(id).procPath, try keys.xattrs.backingName(for: name))
         }

@@ -17,6 +17,7 @@ struct DaemonLauncher {
     /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
     /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
     static func spawn(arguments: [String]) throws -> DaemonLauncher {
+        closeInheritedDescriptorsOnExec()
         var status: [Int32] = [0, 0], secret: [Int32] = [0, 0]
         guard pipe(&status) == 0, pipe(&secret) == 0 else { throw Errno(errno, "pipe") }
         for fd in status + secret { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -47,6 +48,16 @@ struct DaemonLauncher {
             throw Errno(rc, "posix_spawn")
         }
         return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
+    }
+
+    /// Marks every descriptor above stderr close-on-exec, so the daemon inherits none of
+    /// ours (a caller's pipe or socket held open by the daemon would make the caller wait
+    /// for it forever).
+    private static func closeInheritedDescriptorsOnExec() {
+        guard let dir = try? Sys.open("/proc/self/fd", flags: O_RDONLY | O_DIRECTORY) else { return }
+        defer { Sys.close(dir) }
+        guard let fds = try? Sys.listDirectory(dir) else { return }
+        for fd in fds.compactMap({ Int32($0) }) where fd > 2 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
     }
 
     /// Writes the secret and a newline into the child's passphrase pipe, then closes it.

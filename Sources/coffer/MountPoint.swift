@@ -69,7 +69,9 @@ enum MountPoint {
                 throw CommandFailure(status: .mountpointNotEmpty, message: "mountpoint \(path) is not empty")
             }
         }
-        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+        // Root opens /dev/fuse itself; other users go through the setuid fusermount3,
+        // so for them it only has to exist.
+        guard geteuid() == 0 ? access("/dev/fuse", R_OK | W_OK) == 0 : access("/dev/fuse", F_OK) == 0 else {
             throw CommandFailure(status: .fuseUnavailable,
                                  message: "/dev/fuse is unavailable (\(String(cString: strerror(errno)))): is FUSE enabled in this kernel or container?")
         }
