@@ -20,14 +20,14 @@ struct UnmountCommand: ParsableCommand {
             }
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
-            process.arguments = ["-u", "-q", path]
+            process.arguments = ["-u", path]
             let errors = Pipe()
             process.standardError = errors
             try process.run()
             process.waitUntilExit()
             guard process.terminationStatus == 0 else {
                 let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                if text.contains("busy") {
+                if text.contains("busy") || text.contains("Device or resource busy") {
                     throw CommandFailure(status: .unmountBusy, message: "\(mountpoint) is busy: a process still uses it")
                 }
                 throw CommandFailure(status: .failure, message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")

@@ -1,0 +1,90 @@
+// End-to-end: `coffer mount`/`unmount` — their errors and exit statuses, signals, and
+// a mount by an unprivileged user.
+import Foundation
+import XCTest
+
+final class MountCommandTests: EndToEndCase {
+    func testMountErrorsHaveTheirStatus() {
+        let vault = MountedVault(scratch: scratch)
+        let file = scratch.file("file", "x")
+        let full = scratch.mkdir("full")
+        _ = scratch.file("full/x", "x")
+        let wrong = scratch.file("wrong", "not the passphrase\n")
+        let notVault = scratch.mkdir("notvault")
+        let cases: [([String], Int32, String)] = [
+            (["--passfile", vault.passfile, vault.cipherdir, scratch.path + "/missing"], 30, "does not exist"),
+            (["--passfile", vault.passfile, vault.cipherdir, file], 31, "is not a directory"),
+            (["--passfile", vault.passfile, vault.cipherdir, full], 32, "is not empty"),
+            (["--passfile", vault.passfile, notVault, vault.mountpoint], 12, "not a coffer vault"),
+            (["--passfile", wrong, vault.cipherdir, vault.mountpoint], 22, "wrong passphrase"),
+        ]
+        for (arguments, status, message) in cases {
+            let r = Harness.run([Harness.coffer, "mount"] + arguments)
+            XCTAssertEqual(r.status, status, "\(arguments): \(r.stderr)")
+            XCTAssertTrue(r.stderr.contains(message), "\(arguments): \(r.stderr)")
+            XCTAssertFalse(vault.isMounted)
+        }
+        vault.mount()
+        let again = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(again.status, 33, again.stderr)
+        let notMounted = Harness.run([Harness.coffer, "unmount", full])
+        XCTAssertEqual(notMounted.status, 36, notMounted.stderr)
+        vault.unmount()
+    }
+
+    func testBusyUnmountIsRefusedAndKeepsServing() {
+        let vault = mountedVault()
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        holder.arguments = ["30"]
+        holder.currentDirectoryURL = URL(fileURLWithPath: vault.mountpoint)
+        XCTAssertNoThrow(try holder.run())
+        defer { holder.terminate(); holder.waitUntilExit() }
+        let r = Harness.run([Harness.coffer, "unmount", vault.mountpoint])
+        XCTAssertEqual(r.status, 37, r.stderr)
+        XCTAssertTrue(vault.isMounted)
+    }
+
+    func testSignalsEndTheDaemonCleanly() {
+        for signal in ["TERM", "INT"] {
+            let vault = mountedVault("v\(signal)")
+            assertOK(vault.sh("echo data > f"), "write")
+            Harness.sh("pkill -\(signal) -f -- '--log-file \(vault.logFile)'")
+            let deadline = Date().addingTimeInterval(10)
+            while vault.isMounted && Date() < deadline { usleep(50_000) }
+            XCTAssertFalse(vault.isMounted, "SIG\(signal) did not unmount")
+            XCTAssertTrue(vault.log.contains("keys wiped"), vault.log)
+            vault.mount()
+            XCTAssertEqual(vault.sh("cat f").stdout, "data\n")
+            vault.unmount()
+        }
+    }
+
+    func testFusermountEndsTheDaemon() {
+        let vault = mountedVault()
+        assertOK(Harness.sh("fusermount3 -u \(vault.mountpoint)"), "fusermount3 -u")
+        let deadline = Date().addingTimeInterval(10)
+        while !vault.log.contains("keys wiped") && Date() < deadline { usleep(50_000) }
+        XCTAssertTrue(vault.log.contains("keys wiped"), vault.log)
+    }
+
+    func testAnUnprivilegedUserMountsUsesAndUnmounts() throws {
+        // nobody needs a directory it owns, and to reach the built binary.
+        let home = scratch.mkdir("nobody")
+        assertOK(Harness.sh("chown nobody: \(home) && chmod 755 \(scratch.path)"), "prepare")
+        let coffer = Harness.coffer
+        let r = Harness.sh("""
+            cd \(home)
+            runuser -u nobody -- bash -euo pipefail -c '
+              mkdir v m && echo pass > p
+              \(coffer) init --kdf-ops 2 --kdf-memory 64 --passfile p v > /dev/null
+              \(coffer) mount --passfile p --log-file log v m
+              echo hello > m/f && cat m/f && ls -la m | grep -q " nobody "
+              \(coffer) unmount m
+              test -z "$(ls -A m)"
+            '
+            """)
+        assertOK(r, "unprivileged mount")
+        XCTAssertTrue(r.stdout.contains("hello"))
+    }
+}

@@ -1,0 +1,71 @@
+// End-to-end: what an attacker or a disk fault does to CIPHERDIR is reported, never
+// shown as wrong data; and nothing readable is stored there.
+import Foundation
+import XCTest
+
+final class MountDamageTests: EndToEndCase {
+    /// The backing path of the single regular file in CIPHERDIR's root besides the config.
+    func backingFile(_ vault: MountedVault) -> String {
+        Harness.sh("find \(vault.cipherdir) -maxdepth 1 -type f ! -name 'coffer.*'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func testNoPlaintextNameOrContentInCipherdir() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir -p SecretProjectDir/deeper && echo 'MARKER-CONTENT-7f3a' > SecretProjectDir/deeper/SecretFileName.txt
+            ln -s SecretLinkTarget SecretLinkName && setfattr -n user.SecretAttrName -v SecretAttrValue SecretProjectDir
+            head -c 100000 /dev/zero | tr '\\0' 'Q' > zeros.txt
+            """), "write")
+        let grep = Harness.sh("grep -r -a -l -e Secret -e MARKER-CONTENT -e QQQQQQQQ \(vault.cipherdir); find \(vault.cipherdir) -name '*Secret*'; getfattr -R -d \(vault.cipherdir) 2>/dev/null | grep -i secret; true")
+        XCTAssertEqual(grep.stdout, "", "plaintext found in CIPHERDIR")
+    }
+
+    func testTamperedBlockIsEIOForThatBlockOnly() {
+        let vault = mountedVault()
+        assertOK(vault.sh("head -c 20000 /dev/urandom > data && cp data /tmp/data.$PPID"), "write")
+        vault.unmount()
+        let file = backingFile(vault)
+        // Flip one byte inside block 2 (plaintext 8192…12287).
+        assertOK(Harness.sh("printf '\\xff' | dd of='\(file)' bs=1 seek=$((18 + 2*4136 + 100)) conv=notrunc status=none"), "tamper")
+        vault.mount()
+        let bad = vault.sh("dd if=data bs=4096 skip=2 count=1 status=none")
+        XCTAssertNotEqual(bad.status, 0)
+        XCTAssertTrue(bad.stderr.contains("Input/output error"), bad.stderr)
+        assertOK(vault.sh("cmp <(head -c 8192 data) <(head -c 8192 /tmp/data.$PPID) && cmp <(tail -c +12289 data) <(tail -c +12289 /tmp/data.$PPID); rm -f /tmp/data.$PPID"),
+                 "other blocks still read")
+        XCTAssertTrue(vault.log.contains("damage: /data") && vault.log.contains("block 2"), vault.log)
+    }
+
+    func testForeignOrTamperedNameIsHiddenAndLogged() {
+        let vault = mountedVault()
+        assertOK(vault.sh("echo a > visible"), "write")
+        Harness.sh("touch \(vault.cipherdir)/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA \(vault.cipherdir)/not-base64")
+        let listing = vault.sh("ls -A")
+        XCTAssertEqual(listing.stdout, "visible\n")
+        XCTAssertEqual(listing.status, 0)
+        XCTAssertTrue(vault.log.contains("entry hidden"), vault.log)
+    }
+
+    func testMissingDirectoryIVIsEIOForThatDirectory() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d && echo x > d/f && mkdir ok && echo y > ok/g"), "write")
+        vault.unmount()
+        assertOK(Harness.sh("rm -f $(find \(vault.cipherdir) -mindepth 2 -name coffer.diriv | head -1)"), "remove one IV")
+        vault.mount()
+        let r = vault.sh("ls d ok 2>&1; true")
+        XCTAssertTrue(r.stdout.contains("Input/output error"), r.stdout)
+        XCTAssertTrue(vault.sh("cat d/f 2>/dev/null || cat ok/g").stdout.contains("y"), "the other directory still works")
+    }
+
+    func testTruncatedBackingFileIsReported() {
+        let vault = mountedVault()
+        assertOK(vault.sh("head -c 10000 /dev/urandom > data"), "write")
+        vault.unmount()
+        let file = backingFile(vault)
+        assertOK(Harness.sh("truncate -s -100 '\(file)'"), "cut")
+        vault.mount()
+        let r = vault.sh("cat data > /dev/null")
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+    }
+}

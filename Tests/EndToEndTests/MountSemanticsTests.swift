@@ -1,0 +1,172 @@
+// End-to-end: POSIX semantics of the mount — links, holes, names, concurrency,
+// renames, mmap, locks, fsync of unlinked files, special files, xattrs, times.
+import Foundation
+import XCTest
+
+final class MountSemanticsTests: EndToEndCase {
+    func testHardLinksCountAndShareContent() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            echo one > a && ln a b && ln a c
+            test "$(stat -c %h a)" = 3
+            echo two >> b && grep -qx two c
+            rm a && test "$(stat -c %h b)" = 2
+            mkdir d && test "$(stat -c %h d)" = 2 && mkdir d/e && test "$(stat -c %h d)" = 3
+            """), "hard links")
+    }
+
+    func testSparseFileStaysSparse() {
+        let vault = mountedVault()
+        assertOK(vault.sh("truncate -s 10G sparse && printf x | dd of=sparse bs=1 seek=5000000000 conv=notrunc status=none"), "sparse")
+        XCTAssertEqual(vault.sh("stat -c %s sparse").stdout, "10737418240\n")
+        let used = Int(Harness.sh("du -sk \(vault.cipherdir) | cut -f1").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? .max
+        XCTAssertLessThan(used, 1024, "backing directory uses \(used) KiB for a 10 GiB sparse file")
+        XCTAssertEqual(vault.sh("dd if=sparse bs=1 skip=4999999999 count=3 status=none | od -An -c | tr -d ' '").stdout, "\\0x\\0\n")
+    }
+
+    func testLongestNameWorksAndLongerIsRefused() {
+        let vault = mountedVault()
+        let longest = String(repeating: "n", count: 255), tooLong = String(repeating: "n", count: 256)
+        assertOK(vault.sh("echo ok > \(longest) && cat \(longest) && ls | grep -qx \(longest) && mkdir d && mv \(longest) d/ && test -f d/\(longest)"), "255-byte name")
+        let r = vault.sh("touch \(tooLong) 2>&1; true")
+        XCTAssertTrue(r.stdout.contains("File name too long"), r.stdout)
+        for length in [159, 160, 200] {
+            assertOK(vault.sh("touch \(String(repeating: "k", count: length)) && ls | grep -qx \(String(repeating: "k", count: length))"), "name of \(length) bytes")
+        }
+    }
+
+    func testUnicodeNames() {
+        let vault = mountedVault()
+        let names = ["Grüße.txt", "日本語のファイル", "emoji-😀-🎉", "Ελληνικά", "x\u{301}"]
+        for name in names { assertOK(vault.sh("echo '\(name)' > '\(name)'"), name) }
+        let listed = Set(vault.sh("ls -1").stdout.split(separator: "\n").map(String.init))
+        XCTAssertEqual(listed, Set(names))
+        for name in names { XCTAssertEqual(vault.sh("cat '\(name)'").stdout, name + "\n") }
+    }
+
+    func testConcurrentWritersToFilesAndBlocks() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            for i in 1 2 3 4; do head -c 3000000 /dev/urandom > /tmp/src.$$.$i; done
+            for i in 1 2 3 4; do cp /tmp/src.$$.$i f$i & done; wait
+            for i in 1 2 3 4; do cmp f$i /tmp/src.$$.$i; done
+            # Four writers into different (and unaligned) regions of one file.
+            truncate -s 12000000 shared
+            for i in 0 1 2 3; do dd if=/tmp/src.$$.$((i+1)) of=shared bs=1000 seek=$((i*3000)) count=3000 conv=notrunc status=none & done; wait
+            for i in 0 1 2 3; do cmp <(dd if=shared bs=1000 skip=$((i*3000)) count=3000 status=none) /tmp/src.$$.$((i+1)); done
+            rm -f /tmp/src.$$.*
+            """), "concurrent writers")
+    }
+
+    func testEverythingSurvivesARemount() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            cp -a /usr/include/linux/netfilter tree && head -c 5000000 /dev/urandom > big && ln -s big link
+            mkfifo fifo && setfattr -n user.k -v v big && find . -type f -exec sha256sum {} + | sort > /tmp/sums.$PPID
+            """), "write")
+        vault.unmount()
+        XCTAssertEqual(Harness.sh("ls -A \(vault.mountpoint)").stdout, "", "nothing visible once unmounted")
+        vault.mount()
+        assertOK(vault.sh("find . -type f -exec sha256sum {} + | sort | diff - /tmp/sums.$PPID && test \"$(readlink link)\" = big && test -p fifo && getfattr -n user.k big | grep -q v; rm -f /tmp/sums.$PPID"), "verify after remount")
+    }
+
+    func testRenameVariants() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            echo a > a && echo b > b && mkdir d
+            mv a d/a2 && test -f d/a2 && test ! -e a
+            mv b d/a2 && grep -qx b d/a2
+            long=$(printf 'L%.0s' $(seq 200)); echo l > $long && mv $long d/$long && mv d/$long short && grep -qx l short
+            python3 - <<'PY'
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            AT = -100
+            open("x", "w").write("x"); open("y", "w").write("y")
+            assert libc.renameat2(AT, b"x", AT, b"y", 1) == -1 and ctypes.get_errno() == 17, "NOREPLACE"
+            assert libc.renameat2(AT, b"x", AT, b"y", 2) == 0, "EXCHANGE"
+            assert open("x").read() == "y" and open("y").read() == "x"
+            os.mkdir("e"); open("e/in", "w").write("in")
+            assert libc.renameat2(AT, b"e", AT, b"x", 2) == 0, "EXCHANGE dir and file"
+            assert open("x/in").read() == "in" and open("e").read() == "y"
+            PY
+            test -z "$(ls $C | grep -c '\\.name$' | grep -v '^0$')"
+            """), "renames")
+        // Only the sidecars of long names still in use remain.
+        XCTAssertEqual(Harness.sh("find \(vault.cipherdir) -name 'coffer.long.*' | wc -l").stdout, "0\n")
+    }
+
+    func testMmapSharedWritesReachTheFile() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            python3 - <<'PY'
+            import mmap, os
+            with open("m", "wb") as f: f.write(b"\\0" * 20000)
+            with open("m", "r+b") as f:
+                m = mmap.mmap(f.fileno(), 20000)
+                m[4090:4100] = b"0123456789"; m[19990:] = b"abcdefghij"; m.flush(); m.close()
+            data = open("m", "rb").read()
+            assert data[4090:4100] == b"0123456789" and data[19990:] == b"abcdefghij" and data[:10] == b"\\0" * 10
+            PY
+            """), "mmap")
+        vault.unmount()
+        vault.mount()
+        XCTAssertEqual(vault.sh("dd if=m bs=1 skip=4090 count=10 status=none").stdout, "0123456789")
+    }
+
+    func testPosixAndFlockLocks() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            touch lockfile
+            flock -n lockfile -c 'flock -n lockfile -c true && exit 1 || exit 0'
+            python3 - <<'PY'
+            import fcntl, os, subprocess, sys
+            f = open("lockfile", "r+")
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            r = subprocess.run([sys.executable, "-c", "import fcntl; f=open('lockfile','r+'); fcntl.lockf(f, fcntl.LOCK_EX|fcntl.LOCK_NB)"])
+            assert r.returncode != 0, "a second process got the POSIX lock"
+            PY
+            """), "locks")
+    }
+
+    func testFsyncOfAnOpenButUnlinkedFile() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            python3 - <<'PY'
+            import os
+            fd = os.open("gone", os.O_RDWR | os.O_CREAT, 0o600)
+            os.unlink("gone")
+            os.write(fd, b"still here" * 1000)
+            os.fsync(fd); os.fdatasync(fd)
+            os.lseek(fd, 0, 0)
+            assert os.read(fd, 10) == b"still here"
+            os.close(fd)
+            assert not os.path.exists("gone")
+            PY
+            """), "fsync unlinked")
+    }
+
+    func testSpecialFilesXattrsTimesAndOpenFlags() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkfifo fifo && test -p fifo
+            python3 -c "import socket; s=socket.socket(socket.AF_UNIX); s.bind('sock')" && test -S sock
+            echo x > f
+            setfattr -n user.one -v 1 f && setfattr -n user.two -v "$(head -c 3000 /dev/zero | tr '\\0' z)" f
+            getfattr -d f | grep -q 'user.one="1"' && test "$(getfattr --only-values -n user.two f | wc -c)" = 3000
+            setfattr -x user.one f && ! getfattr -n user.one f 2>/dev/null
+            test "$(getfattr -d f | grep -c user)" = 1
+            touch -d '2010-01-01 00:00:00' f && test "$(stat -c %Y f)" = 1262304000
+            touch -a -d '2011-01-01 00:00:00' f && test "$(stat -c %Y f)" = 1262304000
+            touch -m f && test "$(stat -c %Y f)" -gt 1262304000
+            echo one >> app && echo two >> app && test "$(cat app)" = "$(printf 'one\\ntwo')"
+            python3 -c "import os; os.open('f', os.O_CREAT | os.O_EXCL | os.O_WRONLY)" 2>/dev/null && exit 1
+            printf 'longer content' > t && python3 -c "import os; os.close(os.open('t', os.O_WRONLY | os.O_TRUNC))" && test ! -s t
+            printf 'abc' > t && : > t && test ! -s t && printf 'new' >> t && test "$(cat t)" = new
+            fallocate -l 100000 fa && test "$(stat -c %s fa)" = 100000 && test "$(head -c 100000 fa | tr -d '\\0' | wc -c)" = 0
+            fallocate -n -l 1000000 fa && test "$(stat -c %s fa)" = 100000
+            chmod 600 f && test "$(stat -c %a f)" = 600
+            df -P . | tail -1 | awk '{ exit !($2 > 0) }'
+            test "$(stat -f -c %l .)" = 255
+            """), "special files, xattrs, times, flags")
+    }
+}
