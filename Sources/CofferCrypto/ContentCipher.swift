@@ -106,7 +106,7 @@ public struct ContentCipher: Sendable {
             let plainLength = length - Self.overhead
             precondition(plainOffset + plainLength <= plaintext.count)
             let block = cbase! + cipherOffset
-            if sodium_is_zero(block, length) == 1 {
+            if Self.isHole(block, length) {
                 (pbase! + plainOffset).initialize(repeating: 0, count: plainLength)
             } else {
                 let rc = withAssociatedData(fileID: fileID, blockIndex: index) { ad -> Int32 in
@@ -122,6 +122,24 @@ public struct ContentCipher: Sendable {
             index += 1
         }
         return plainOffset
+    }
+
+    /// True if the stored block is all zeros (a hole). Whether a block is a hole is not
+    /// secret, so this need not be constant-time: a sealed block's random nonce is
+    /// almost never zero, so the first word nearly always decides.
+    @inline(__always)
+    static func isHole(_ block: UnsafePointer<UInt8>, _ length: Int) -> Bool {
+        let raw = UnsafeRawPointer(block)
+        var i = 0
+        while i + 8 <= length {
+            if raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) != 0 { return false }
+            i += 8
+        }
+        while i < length {
+            if block[i] != 0 { return false }
+            i += 1
+        }
+        return true
     }
 
     @inline(__always)

@@ -51,6 +51,10 @@ enum MountPoint {
         var st = stat()
         guard stat(path, &st) == 0 else {
             if errno == ENOENT { throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) does not exist") }
+            if errno == ENOTCONN {
+                throw CommandFailure(status: .mountpointBusy,
+                                     message: "mountpoint \(path) is a mount whose daemon died; run fusermount3 -u \(path) first")
+            }
             throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path): \(String(cString: strerror(errno)))")
         }
         guard st.st_mode & S_IFMT == S_IFDIR else {

@@ -169,4 +169,19 @@ final class MountSemanticsTests: EndToEndCase {
             test "$(stat -f -c %l .)" = 255
             """), "special files, xattrs, times, flags")
     }
+
+    /// Each node holds one O_PATH descriptor; once the kernel forgets the inodes (cache
+    /// drop), the table must shrink again rather than grow without bound.
+    func testForgottenNodesAreReleased() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir many && cd many && seq 1 3000 | xargs touch && ls -l > /dev/null"), "create and stat 3000 files")
+        let pid = Harness.sh("pgrep -f -- '--log-file \(vault.logFile)'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let descriptors = { Int(Harness.sh("ls /proc/\(pid)/fd | wc -l").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
+        XCTAssertGreaterThan(descriptors(), 3000, "every looked-up file holds a node")
+        Harness.sh("sync && echo 2 > /proc/sys/vm/drop_caches")
+        let deadline = Date().addingTimeInterval(10)
+        while descriptors() > 200 && Date() < deadline { usleep(100_000) }
+        XCTAssertLessThan(descriptors(), 200, "nodes were not released after the kernel forgot them")
+        XCTAssertEqual(vault.sh("ls many | wc -l").stdout, "3000\n")
+    }
 }
