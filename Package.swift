@@ -23,9 +23,11 @@ let package = Package(
         .target(name: "CofferVault", dependencies: ["CofferCrypto"]),
         // Layer 4: the FUSE bridge — kernel requests to vault calls, no crypto.
         .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault"]),
+        // Layer 5: the gate — locked/unlocked state and the control socket.
+        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto"]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CofferCrypto", "CofferVault", "CofferFUSE",
+            "CofferCrypto", "CofferVault", "CofferFUSE", "CofferGate",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),

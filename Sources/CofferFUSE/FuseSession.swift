@@ -20,7 +20,7 @@ public final class FuseSession {
 
     private let fs: PlainFileSystem
     private var ops: fuse_lowlevel_ops
-    private var session: OpaquePointer?
+    fileprivate var session: OpaquePointer?
     private var mounted = false
 
     public init(fs: PlainFileSystem, options: Options) throws {
@@ -81,5 +81,14 @@ public final class FuseSession {
     @discardableResult
     public func invalidate(node: UInt64) -> Int32 {
         fuse_lowlevel_notify_inval_inode(session, node, 0, 0)
+    }
+}
+
+extension FuseSession {
+    /// Tells the kernel to drop its cached directory entry `name` in `parent`.
+    @discardableResult
+    public func invalidate(parent: UInt64, name: [UInt8]) -> Int32 {
+        let cName = name.map { CChar(bitPattern: $0) } + [0]
+        return fuse_lowlevel_notify_inval_entry(session, parent, cName, name.count)
     }
 }

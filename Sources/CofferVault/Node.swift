@@ -51,6 +51,19 @@ public final class Node: @unchecked Sendable {
 
     func setDirectoryIV(_ iv: [UInt8]) { stateLock.withLock { cachedDirIV = iv } }
 
+    /// The last known (parent, name), if any.
+    var entry: (parent: Node, name: [UInt8])? {
+        stateLock.withLock { parent.map { ($0, name) } }
+    }
+
+    func forgetName() {
+        stateLock.withLock {
+            for i in name.indices { name[i] = 0 }
+            name = []
+            parent = nil
+        }
+    }
+
     func setName(_ name: [UInt8], parent: Node?) {
         stateLock.withLock {
             self.name = name

@@ -65,4 +65,13 @@ final class NodeTable: @unchecked Sendable {
     }
 
     var count: Int { lock.withLock { byInode.count } }
+
+    func allEntries() -> [(parent: UInt64, name: [UInt8])] {
+        lock.withLock { byInode.values.compactMap { node in node.entry.map { (id(of: $0.parent), $0.name) } } }
+    }
+
+    /// Drops every plaintext name kept for damage reports (at lock time).
+    func forgetNames() {
+        lock.withLock { byInode.values.forEach { $0.forgetName() } }
+    }
 }

@@ -7,6 +7,7 @@
 // and replies with its result or its thrown error.
 import CofferCrypto
 import Glibc
+import Synchronization
 
 public final class PlainFileSystem: @unchecked Sendable {
     public struct Options {
@@ -51,6 +52,8 @@ public final class PlainFileSystem: @unchecked Sendable {
     private var keys: Keys?
     /// Where damage reports and other log lines go (stderr in the daemon).
     public var log: @Sendable (String) -> Void = { _ in }
+    /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
+    private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
     public init(vault: Vault, options: Options = Options()) throws {
         self.vault = vault
@@ -71,11 +74,13 @@ public final class PlainFileSystem: @unchecked Sendable {
         }
     }
 
-    /// Closes the view: waits for operations in flight, then zeroes every key.
+    /// Closes the view: waits for operations in flight, then zeroes every key and
+    /// forgets the plaintext names it kept for damage reports.
     public func lock() {
         gate.writing {
             keys?.set.wipe()
             keys = nil
+            nodes.forgetNames()
         }
     }
 
@@ -85,8 +90,18 @@ public final class PlainFileSystem: @unchecked Sendable {
     func withKeys<R>(_ body: (Keys) throws -> R) throws -> R {
         try gate.reading {
             guard let keys else { throw Errno(EACCES, "locked") }
+            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
             return try body(keys)
         }
+    }
+
+    /// Seconds since the last operation that needed the keys.
+    public var idleSeconds: Int64 { Self.monotonicSeconds() - lastActivity.load(ordering: .relaxed) }
+
+    static func monotonicSeconds() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec)
     }
 
     // MARK: Attributes
@@ -155,6 +170,10 @@ public final class PlainFileSystem: @unchecked Sendable {
 
     /// Node IDs the kernel holds, for cache invalidation.
     public func knownNodes() -> [UInt64] { nodes.allIDs() }
+
+    /// (parent node, plaintext name) of every entry the kernel may have cached, for
+    /// entry invalidation at lock time. Only known while unlocked.
+    public func knownEntries() -> [(parent: UInt64, name: [UInt8])] { nodes.allEntries() }
 
     /// Number of nodes in the table besides the root (for tests of forget).
     public var nodeCount: Int { nodes.count }

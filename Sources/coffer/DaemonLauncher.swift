@@ -60,10 +60,11 @@ struct DaemonLauncher {
         for fd in fds.compactMap({ Int32($0) }) where fd > 2 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
     }
 
-    /// Writes the secret and a newline into the child's passphrase pipe, then closes it.
-    func sendSecret(_ secret: SecureBytes) throws {
+    /// Writes the secret (if any) and a newline into the child's passphrase pipe, then
+    /// closes it.
+    func sendSecret(_ secret: SecureBytes?) throws {
         defer { close(secretFD) }
-        try writeSecretLine(secret, to: secretFD)
+        if let secret { try writeSecretLine(secret, to: secretFD) }
     }
 
     /// Waits for the child's status line; an exit without one is `daemonDied`.

@@ -50,6 +50,18 @@ public enum ExitStatus: Int32, CaseIterable {
     case unmountBusy = 37
     /// The daemon ended before reporting the mount live.
     case daemonDied = 38
+    /// The control socket cannot be created (another daemon, unsafe directory) or reached.
+    case socketUnavailable = 39
+    /// Too many wrong secrets: the daemon asks to wait before the next attempt.
+    case retryLater = 26
+    /// The vault was wiped: it cannot be unlocked any more.
+    case vaultWiped = 27
+    /// The daemon refused the request (not the mount's owner, malformed request).
+    case requestRefused = 28
+    /// fsck found damage.
+    case damageFound = 40
+    /// wipe was not confirmed.
+    case notConfirmed = 41
 
     /// One line for the README table.
     var meaning: String {
@@ -78,6 +90,12 @@ public enum ExitStatus: Int32, CaseIterable {
         case .notMounted: return "unmount: MOUNTPOINT is not a coffer mount"
         case .unmountBusy: return "unmount: the mount is busy"
         case .daemonDied: return "the daemon ended before the mount was live"
+        case .socketUnavailable: return "the control socket cannot be created or reached (no daemon for MOUNTPOINT?)"
+        case .retryLater: return "unlock: too many wrong secrets; try again after the delay given"
+        case .vaultWiped: return "unlock: the vault was wiped"
+        case .requestRefused: return "the daemon refused the request (not the mount's owner?)"
+        case .damageFound: return "fsck: damage found (each problem is listed)"
+        case .notConfirmed: return "wipe: not confirmed"
         }
     }
 }

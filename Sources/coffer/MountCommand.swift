@@ -4,6 +4,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferFUSE
+import CofferGate
 import CofferVault
 import Foundation
 import Glibc
@@ -11,12 +12,15 @@ import Glibc
 struct MountCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mount",
-        abstract: "Mount a vault's plaintext view at MOUNTPOINT.",
+        abstract: "Mount a vault's plaintext view at MOUNTPOINT, locked until `coffer unlock`.",
         discussion: """
-            The passphrase is read from --passfile, asked on the terminal, or read from \
-            standard input. The command returns once the mount is live; the daemon keeps \
-            serving until `coffer unmount MOUNTPOINT`, `fusermount3 -u MOUNTPOINT`, \
-            SIGTERM or SIGINT. Logs go to syslog (stderr with --foreground).
+            The mount comes up locked: only the root can be stat'ed until `coffer unlock \
+            MOUNTPOINT` gives the passphrase over the mount's control socket. With \
+            --passfile, or with the passphrase on standard input (a pipe or a file, not a \
+            terminal), it is unlocked at once through the same gate. The command returns \
+            once the mount is live; the daemon serves until `coffer unmount MOUNTPOINT`, \
+            `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT, and wipes its keys on the way \
+            out. Logs go to syslog (stderr with --foreground).
             """)
 
     @Option(name: .long, help: "Read the passphrase from the first line of this file.")
@@ -37,6 +41,12 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Append the daemon's log lines to this file instead of syslog/stderr.")
     var logFile: String?
 
+    @Option(name: .long, help: ArgumentHelp("Lock after this long without a file-system operation (e.g. 90s, 15m, 1h).", valueName: "duration"))
+    var idleLock: String?
+
+    @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
+    var socket: String?
+
     @Option(name: .long, help: ArgumentHelp("Internal: descriptor on which to report the mount's status.", visibility: .private))
     var statusFD: Int32?
 
@@ -48,6 +58,19 @@ struct MountCommand: ParsableCommand {
 
     @Argument(help: "An empty directory on which to mount the plaintext view.")
     var mountpoint: String
+
+    func validate() throws {
+        if let idleLock, parseDuration(idleLock) == nil {
+            throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
+        }
+    }
+
+    /// True if standard input is a pipe or a file: a passphrase given non-interactively.
+    static var standardInputCarriesSecret: Bool {
+        var st = stat()
+        guard fstat(0, &st) == 0 else { return false }
+        return st.st_mode & S_IFMT == S_IFIFO || st.st_mode & S_IFMT == S_IFREG
+    }
 
     func run() throws {
         if foreground {
@@ -77,10 +100,13 @@ struct MountCommand: ParsableCommand {
         _ = try Vault.open(at: vaultPath)
         let target = try MountPoint.checkUsable(mountpoint)
         let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
-            ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
-        defer { passphrase.wipe() }
+            ?? (Self.standardInputCarriesSecret ? PassphraseReader.readLine(0, what: "passphrase") : nil)
+        defer { passphrase?.wipe() }
 
-        var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3", "--passphrase-fd", "4"]
+        var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
+        if passphrase != nil { arguments += ["--passphrase-fd", "4"] }
+        if let idleLock { arguments += ["--idle-lock", idleLock] }
+        if let socket { arguments += ["--socket", socket] }
         if allowOther { arguments.append("--allow-other") }
         if readOnly { arguments.append("--read-only") }
         for option in fuseOptions { arguments += ["-o", option] }
@@ -104,13 +130,25 @@ struct MountCommand: ParsableCommand {
         let target = try MountPoint.checkUsable(mountpoint)
         let passphrase = try passphraseFD.map { try PassphraseReader.readLine($0, what: "passphrase") }
             ?? passfile.map { try PassphraseReader.fromFile($0) }
-            ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
-        let master = try vault.unlock(passphrase: passphrase)
-        passphrase.wipe()
+            ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readLine(0, what: "passphrase") : nil)
+        let master = try passphrase.map { try vault.unlock(passphrase: $0) }
+        passphrase?.wipe()
 
         let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0))
         fs.log = { log.write($0) }
-        fs.unlock(master)
+        let gate = Gate(fs: fs, mountpoint: target, idleLock: idleLock.flatMap(parseDuration), log: { log.write($0) })
+        // The passphrase given at mount opens the same gate as `coffer unlock`.
+        if let master { fs.unlock(master) }
+
+        let socketPath = try socket ?? SocketPath.forMountpoint(target)
+        let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, log: { log.write($0) })
+        gate.socketPath = socketPath
+        do {
+            try server.start()
+        } catch {
+            throw CommandFailure(status: .socketUnavailable, message: "control socket \(socketPath): \(error)")
+        }
+        defer { server.stop() }
 
         var options = FuseSession.Options()
         options.allowOther = allowOther
@@ -123,10 +161,16 @@ struct MountCommand: ParsableCommand {
         } catch {
             throw CommandFailure(status: .mountFailed, message: "the kernel refused to mount \(target) (see the message above)")
         }
-        log.write("mounted \(vault.path) on \(target)")
+        gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
+                          invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
+        gate.startIdleTimer()
+        log.write("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
+        SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
         session.run()
-        fs.lock()
+        SystemdNotify.send("STOPPING=1")
+        gate.detach()
+        gate.lock(reason: "unmounted")
         log.write("unmounted \(target); keys wiped")
     }
 }

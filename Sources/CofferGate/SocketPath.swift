@@ -1,0 +1,62 @@
+// SocketPath decides where a mount's control socket lives: a directory only its owner
+// can enter ($XDG_RUNTIME_DIR/coffer, /run/coffer for root, else /tmp/coffer-UID, each
+// created 0700 and verified), and a name derived from the mountpoint.
+import CofferCrypto
+import Foundation
+import Glibc
+
+public enum SocketPath {
+    public enum Failure: Error, CustomStringConvertible {
+        case unsafeDirectory(String, String)
+
+        public var description: String {
+            switch self {
+            case .unsafeDirectory(let path, let why): return "refusing to use \(path) for the control socket: \(why)"
+            }
+        }
+    }
+
+    /// The socket directory for the current user, created and verified.
+    public static func directory(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
+        let uid = geteuid()
+        let path: String
+        if uid == 0 {
+            path = "/run/coffer"
+        } else if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            path = runtime + "/coffer"
+        } else {
+            path = "/tmp/coffer-\(uid)"
+        }
+        try ensurePrivateDirectory(path, uid: uid)
+        return path
+    }
+
+    /// Creates `path` with mode 0700 if missing, then checks that it is a real directory
+    /// (not a symlink), owned by `uid`, and that nobody else can enter it.
+    static func ensurePrivateDirectory(_ path: String, uid: uid_t) throws {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw Failure.unsafeDirectory(path, String(cString: strerror(errno)))
+        }
+        var st = stat()
+        guard lstat(path, &st) == 0 else { throw Failure.unsafeDirectory(path, String(cString: strerror(errno))) }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw Failure.unsafeDirectory(path, "not a directory (a symlink?)") }
+        guard st.st_uid == uid else { throw Failure.unsafeDirectory(path, "owned by uid \(st.st_uid), not \(uid)") }
+        guard st.st_mode & 0o077 == 0 else {
+            throw Failure.unsafeDirectory(path, "mode \(String(st.st_mode & 0o777, radix: 8)) lets others in (must be 0700)")
+        }
+    }
+
+    /// The socket's file name for a mountpoint (canonical path): its last component,
+    /// made safe and short, and a hash of the whole path (sockets are limited to 107 bytes).
+    public static func name(forMountpoint mountpoint: String) -> String {
+        let last = mountpoint.split(separator: "/").last.map(String.init) ?? "root"
+        let safe = String(last.unicodeScalars.map { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) ? Character($0) : "_" }.prefix(24))
+        let hash = Hash.blake2b256(Array(mountpoint.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        return "\(safe)-\(hash).sock"
+    }
+
+    /// The default socket path of a mountpoint, for the daemon and for clients.
+    public static func forMountpoint(_ mountpoint: String) throws -> String {
+        try directory() + "/" + name(forMountpoint: mountpoint)
+    }
+}

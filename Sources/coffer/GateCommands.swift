@@ -1,0 +1,146 @@
+// GateCommands are the control socket's clients: `coffer unlock`, `lock` and `status`.
+import ArgumentParser
+import CofferCrypto
+import CofferGate
+import Foundation
+import Glibc
+
+/// The mountpoint and socket options shared by the gate commands.
+struct MountTarget: ParsableArguments {
+    @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT).")
+    var socket: String?
+
+    @Argument(help: "Where the vault is mounted.")
+    var mountpoint: String
+
+    /// The socket to talk to.
+    func socketPath() throws -> String {
+        if let socket { return socket }
+        guard let canonical = MountPoint.canonical(mountpoint) else {
+            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(mountpoint) does not exist")
+        }
+        do {
+            return try SocketPath.forMountpoint(canonical)
+        } catch {
+            throw CommandFailure(status: .socketUnavailable, message: "\(error)")
+        }
+    }
+
+    /// Sends `request` and turns a failed answer into its exit status.
+    func send(_ request: ControlRequest, secret: SecureBytes? = nil) throws -> ControlResponse {
+        let path = try socketPath()
+        let response: ControlResponse
+        do {
+            response = try ControlClient.send(request, secret: secret, to: path)
+        } catch ControlClient.Failure.noDaemon {
+            throw CommandFailure(status: .socketUnavailable,
+                                 message: "no coffer daemon answers for \(mountpoint) (socket \(path)); is it mounted?")
+        }
+        guard response.ok else {
+            let status: ExitStatus
+            switch response.error {
+            case ControlError.wrongPassphrase: status = .wrongPassphrase
+            case ControlError.wrongRecoveryKey: status = .wrongRecoveryKey
+            case ControlError.throttled: status = .retryLater
+            case ControlError.wiped: status = .vaultWiped
+            case ControlError.permissionDenied, ControlError.malformed, ControlError.unsupportedVersion,
+                 ControlError.unknownOperation, ControlError.tooLarge:
+                status = .requestRefused
+            default: status = .failure
+            }
+            var message = response.message ?? "the daemon refused"
+            if let wait = response.retryAfter, wait > 0, response.error != ControlError.throttled {
+                message += String(format: " (next attempt accepted in %.0f s)", wait.rounded(.up))
+            }
+            throw CommandFailure(status: status, message: message)
+        }
+        return response
+    }
+}
+
+struct UnlockCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unlock",
+        abstract: "Unlock a mounted vault with its passphrase or recovery key.",
+        discussion: """
+            The passphrase is asked without echo on a terminal, or read from --passfile or \\
+            standard input. Wrong secrets are answered with a growing delay before the next \\
+            attempt is accepted.
+            """)
+
+    @Option(name: .long, help: "Read the passphrase from the first line of this file.")
+    var passfile: String?
+
+    @Option(name: .long, help: "Unlock with the recovery key in this file instead of the passphrase.")
+    var recoveryKeyFile: String?
+
+    @OptionGroup var target: MountTarget
+
+    func validate() throws {
+        if passfile != nil && recoveryKeyFile != nil {
+            throw ValidationError("give --passfile or --recovery-key-file, not both")
+        }
+    }
+
+    func run() throws {
+        try runReportingFailures {
+            _ = try target.socketPath()
+            let kind: ControlRequest.SecretKind = recoveryKeyFile == nil ? .passphrase : .recoveryKey
+            let secret = try recoveryKeyFile.map { try PassphraseReader.fromFile($0, what: "recovery key") }
+                ?? passfile.map { try PassphraseReader.fromFile($0) }
+                ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
+            defer { secret.wipe() }
+            let response = try target.send(ControlRequest(op: .unlock, secret: kind, secretLength: secret.count), secret: secret)
+            print(response.message == "already unlocked" ? "\(target.mountpoint) was already unlocked" : "\(target.mountpoint) unlocked")
+        }
+    }
+}
+
+struct LockCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "lock",
+        abstract: "Lock a mounted vault in place: flush, wipe the keys, purge the kernel's caches.")
+
+    @OptionGroup var target: MountTarget
+
+    func run() throws {
+        try runReportingFailures {
+            _ = try target.send(ControlRequest(op: .lock))
+            print("\(target.mountpoint) locked")
+        }
+    }
+}
+
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show whether a mounted vault is locked, and its daemon's state.")
+
+    @Flag(name: .long, help: "Print the status as JSON.")
+    var json = false
+
+    @OptionGroup var target: MountTarget
+
+    func run() throws {
+        try runReportingFailures {
+            guard let status = try target.send(ControlRequest(op: .status)).status else {
+                throw CommandFailure(status: .failure, message: "the daemon sent no status")
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                print(String(decoding: try encoder.encode(status), as: UTF8.self))
+                return
+            }
+            print("""
+                State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
+                Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")
+                Failed unlocks:  \(status.failedAttempts)\(status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : "")
+                Mountpoint:      \(status.mountpoint)
+                Vault:           \(status.vault) (format \(status.formatVersion))
+                Control socket:  \(status.socket)
+                Daemon pid:      \(status.pid)
+                """)
+        }
+    }
+}
