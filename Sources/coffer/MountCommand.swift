@@ -17,7 +17,7 @@ struct MountCommand: ParsableCommand {
             The mount comes up locked: only the root can be stat'ed until `coffer unlock \
             MOUNTPOINT` gives the passphrase over the mount's control socket. With \
             --passfile, or with the passphrase on standard input (a pipe or a file, not a \
-            terminal), it is unlocked at once through the same gate. The command returns \
+            terminal; an empty input means none), it is unlocked at once through the same gate. The command returns \
             once the mount is live; the daemon serves until `coffer unmount MOUNTPOINT`, \
             `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT, and wipes its keys on the way \
             out. Logs go to syslog (stderr with --foreground).
@@ -100,7 +100,7 @@ struct MountCommand: ParsableCommand {
         _ = try Vault.open(at: vaultPath)
         let target = try MountPoint.checkUsable(mountpoint)
         let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
-            ?? (Self.standardInputCarriesSecret ? PassphraseReader.readLine(0, what: "passphrase") : nil)
+            ?? (Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
         defer { passphrase?.wipe() }
 
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
@@ -130,7 +130,7 @@ struct MountCommand: ParsableCommand {
         let target = try MountPoint.checkUsable(mountpoint)
         let passphrase = try passphraseFD.map { try PassphraseReader.readLine($0, what: "passphrase") }
             ?? passfile.map { try PassphraseReader.fromFile($0) }
-            ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readLine(0, what: "passphrase") : nil)
+            ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
         let master = try passphrase.map { try vault.unlock(passphrase: $0) }
         passphrase?.wipe()
 

@@ -15,6 +15,8 @@ enum MountPoint {
     struct Mount {
         let path: String
         let type: String
+        /// The mount's source (for coffer: the vault's path).
+        let source: String
     }
 
     /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
@@ -23,7 +25,8 @@ enum MountPoint {
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
             guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count else { return nil }
-            return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]))
+            let source = dash + 2 < fields.count ? unescape(String(fields[dash + 2])) : ""
+            return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]), source: source)
         }
     }
 

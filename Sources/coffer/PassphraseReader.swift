@@ -48,6 +48,15 @@ enum PassphraseReader {
     /// Reads bytes one at a time until a newline or end of input, straight into
     /// sodium_malloc memory, so the secret never passes through a Swift String.
     static func readLine(_ fd: Int32, what: String) throws -> SecureBytes {
+        guard let line = try readOptionalLine(fd, what: what) else {
+            throw CommandFailure(status: .emptyPassphrase, message: "empty \(what)")
+        }
+        return line
+    }
+
+    /// Like `readLine`, but nil when the input ends before its first byte (nothing was
+    /// given); an empty line is still an empty passphrase.
+    static func readOptionalLine(_ fd: Int32, what: String) throws -> SecureBytes? {
         let buffer = SecureBytes(count: maxLength)
         var length = 0
         var sawNewline = false
@@ -68,6 +77,7 @@ enum PassphraseReader {
             }
             if length > 0 && bytes[length - 1] == 0x0d { length -= 1; bytes[length] = 0 }
         }
+        if length == 0 && !sawNewline { return nil }
         guard length > 0 else { throw CommandFailure(status: .emptyPassphrase, message: "empty \(what)") }
         return buffer.prefix(length)
     }

@@ -1,0 +1,130 @@
+// VaultCommands work on CIPHERDIR itself: `coffer passwd`, `coffer fsck`, `coffer wipe`.
+import ArgumentParser
+import CofferCrypto
+import CofferGate
+import CofferVault
+import Foundation
+import Glibc
+
+/// Unwraps the master key with --recovery-key-file, --passfile, or a prompt.
+func unlockOffline(_ vault: Vault, passfile: String?, recoveryKeyFile: String?, prompt: String) throws -> MasterKey {
+    if let recoveryKeyFile {
+        let text = try PassphraseReader.fromFile(recoveryKeyFile, what: "recovery key")
+        defer { text.wipe() }
+        return try vault.unlock(recoveryKey: try RecoveryKey.parse(text))
+    }
+    let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
+        ?? PassphraseReader.interactive(prompt: prompt, confirm: false)
+    defer { passphrase.wipe() }
+    return try vault.unlock(passphrase: passphrase)
+}
+
+struct PasswdCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "passwd",
+        abstract: "Change a vault's passphrase (no re-encryption; the recovery key keeps working).",
+        discussion: """
+            Only the passphrase key slot is rewritten, atomically (new file, fsync, rename, \\
+            fsync of the directory); no copy of the old slot is kept. Without --passfile and \\
+            --new-passfile, both are asked on the terminal, or read as the first and second \\
+            lines of standard input.
+            """)
+
+    @Option(name: .long, help: "Read the current passphrase from this file.")
+    var passfile: String?
+
+    @Option(name: .long, help: "Prove ownership with the recovery key in this file instead (forgotten passphrase).")
+    var recoveryKeyFile: String?
+
+    @Option(name: .long, help: "Read the new passphrase from this file.")
+    var newPassfile: String?
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            let master = try unlockOffline(vault, passfile: passfile, recoveryKeyFile: recoveryKeyFile, prompt: "Current passphrase: ")
+            defer { master.wipe() }
+            let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
+                ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
+            defer { new.wipe() }
+            try vault.changePassphrase(master: master, newPassphrase: new)
+            print("Passphrase of \(cipherdir) changed.")
+        }
+    }
+}
+
+struct FsckCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fsck",
+        abstract: "Verify every name, block, symlink and xattr of a vault (read-only).",
+        discussion: "Each problem is printed as the plaintext path (or the encrypted name, when the name itself is damaged), what is wrong, and the block index. Exit status 40 if anything is damaged.")
+
+    @Option(name: .long, help: "Read the passphrase from this file.")
+    var passfile: String?
+
+    @Option(name: .long, help: "Use the recovery key in this file instead of the passphrase.")
+    var recoveryKeyFile: String?
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            let master = try unlockOffline(vault, passfile: passfile, recoveryKeyFile: recoveryKeyFile, prompt: "Passphrase: ")
+            let onTerminal = isatty(2) == 1
+            let checker = VaultChecker(vault: vault, master: master, report: { problem in
+                if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
+                print("damaged: \(problem)")
+                fflush(stdout)
+            }, progress: { summary in
+                guard onTerminal else { return }
+                FileHandleStandardError.write("\r\u{1b}[Kchecking: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB")
+            })
+            master.wipe()
+            let summary = checker.run()
+            if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")")
+            if summary.problems > 0 { throw ExitCode(ExitStatus.damageFound.rawValue) }
+        }
+    }
+}
+
+struct WipeCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "wipe",
+        abstract: "Crypto-erase a vault: destroy its key slots so nothing in it can ever be decrypted.",
+        discussion: "Asks you to type the vault directory's name unless --yes. A running mount of the vault is locked and cannot be unlocked again.")
+
+    @Flag(name: .long, help: "Do not ask for confirmation.")
+    var yes = false
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            let name = URL(fileURLWithPath: vault.path).lastPathComponent
+            if !yes {
+                FileHandleStandardError.write("This destroys the keys of \(vault.path): nothing in it can be decrypted afterwards.\nType the directory's name (\(name)) to confirm: ")
+                let answer = readLine(strippingNewline: true) ?? ""
+                guard answer == name else {
+                    throw CommandFailure(status: .notConfirmed, message: "not confirmed; nothing was wiped")
+                }
+            }
+            try vault.wipe()
+            // Lock every live mount of this vault; with its config gone it cannot unlock again.
+            let source = MountPoint.canonical(vault.path) ?? vault.path
+            for mount in MountPoint.mounts() where mount.type == "fuse.coffer" && mount.source == source {
+                if let socket = try? SocketPath.forMountpoint(mount.path) {
+                    _ = try? ControlClient.send(ControlRequest(op: .lock), to: socket)
+                }
+            }
+            print("Wiped \(vault.path): its key slots are destroyed.")
+        }
+    }
+}
