@@ -1,6 +1,5 @@
 // ErrnoMapping is the one place where an error thrown below the bridge becomes the
 // errno the kernel is told.
-import CofferCrypto
 import CofferVault
 import Glibc
 
@@ -13,16 +12,12 @@ public enum ErrnoMapping {
             switch error {
             case .nameTooLong: return ENAMETOOLONG
             case .invalidName: return EINVAL
-            case .tooLong(let what): return what.hasPrefix("xattr") ? (what.hasSuffix("value") ? E2BIG : ERANGE) : ENAMETOOLONG
+            case .tooLong(.symlinkTarget): return ENAMETOOLONG
+            case .tooLong(.xattrName): return ERANGE
+            case .tooLong(.xattrValue): return E2BIG
             // Damage of any kind: the data cannot be trusted, so it is not returned.
-            case .blockDamaged, .fileTruncated, .fileHeaderDamaged, .nameDamaged, .longNameDamaged,
-                 .directoryIVDamaged, .metadataDamaged:
-                return EIO
-            default:
-                return EIO
+            default: return EIO
             }
-        case is CryptoError:
-            return EIO
         default:
             return EIO
         }

@@ -275,36 +275,45 @@ private func readdir(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt6
         defer { buffer.deallocate() }
         var used = 0
         var next = Int(offset)
+        var entered: [UInt64] = []
         for listed in entries {
             next += 1
             let name = listed.name.map { CChar(bitPattern: $0) } + [0]
+            var st = stat()
+            st.st_ino = __ino_t(listed.ino)
+            st.st_mode = mode_t(listed.type) << 12
             let added: Int
             if plus {
                 var param = fuse_entry_param()
-                var entered: PlainFileSystem.Entry?
-                if listed.isDotOrDotDot {
-                    param.attr.st_ino = __ino_t(listed.ino)
-                    param.attr.st_mode = mode_t(listed.type) << 12
-                } else {
-                    // An entry removed since the listing was taken is skipped.
-                    guard let entry = try? fs.lookupListed(handle, listed) else { continue }
-                    entered = entry
-                    param = entryParam(entry)
+                param.attr = st
+                var node: UInt64?
+                if !listed.isDotOrDotDot {
+                    do {
+                        let entry = try fs.lookupListed(handle, listed)
+                        param = entryParam(entry)
+                        node = entry.node
+                    } catch let error as Errno where error.code == ENOENT {
+                        continue  // removed since the listing was taken
+                    } catch {
+                        // Listed but not entered (e.g. out of descriptors): a node ID of 0
+                        // lists the name and lets the kernel look it up later.
+                    }
                 }
                 added = fuse_add_direntry_plus(req, buffer + used, size - used, name, &param, off_t(next))
                 if added > size - used {
-                    if let entered { fs.forget(entered.node, count: 1) }
+                    if let node { fs.forget(node, count: 1) }
                     break
                 }
+                if let node { entered.append(node) }
             } else {
-                var st = stat()
-                st.st_ino = __ino_t(listed.ino)
-                st.st_mode = mode_t(listed.type) << 12
                 added = fuse_add_direntry(req, buffer + used, size - used, name, &st, off_t(next))
                 if added > size - used { break }
             }
             used += added
         }
-        fuse_reply_buf(req, buffer, used)
+        if fuse_reply_buf(req, buffer, used) != 0 {
+            // The request was interrupted: the kernel holds none of these lookups.
+            entered.forEach { fs.forget($0, count: 1) }
+        }
     }
 }

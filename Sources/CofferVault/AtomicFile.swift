@@ -8,12 +8,16 @@ public enum AtomicFile {
         let temp = ".\(name).tmp.\(getpid())"
         let fd = try Sys.open(temp, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
         do {
+            defer { Sys.close(fd) }
             try bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
             try Sys.fsync(fd)
-            Sys.close(fd)
+        } catch {
+            try? Sys.unlink(temp, in: dir)
+            throw error
+        }
+        do {
             try Sys.rename(temp, in: dir, to: name, in: dir)
         } catch {
-            Sys.close(fd)
             try? Sys.unlink(temp, in: dir)
             throw error
         }

@@ -1,6 +1,7 @@
 // BlockLayout is the one place where plaintext and ciphertext offsets and sizes are
 // converted: header, then 4136-byte ciphertext blocks for 4096-byte plaintext blocks.
 import CofferCrypto
+import Glibc
 
 public enum BlockLayout {
     /// Plaintext bytes per block.
@@ -12,11 +13,26 @@ public enum BlockLayout {
     /// Bytes of the file header before block 0.
     public static let headerSize = Int64(FileHeader.size)
 
+    /// Largest plaintext size (and write end) coffer accepts: 2^62 bytes, so that no
+    /// ciphertext offset can overflow Int64. The backing file system's own limit
+    /// (16 TiB on ext4) is lower and answers EFBIG first.
+    public static let maxPlainSize: Int64 = 1 << 62
+
+    /// Throws EFBIG unless a file may reach `end` plaintext bytes.
+    public static func checkSize(_ end: Int64) throws {
+        guard end >= 0, end <= maxPlainSize else { throw Errno(EFBIG, "file size") }
+    }
+
     /// Index of the block holding plaintext offset `offset`.
     public static func blockIndex(plainOffset offset: Int64) -> Int64 { offset / plainBlockSize }
 
     /// Ciphertext offset at which block `index` starts.
     public static func cipherOffset(block index: Int64) -> Int64 { headerSize + index * cipherBlockSize }
+
+    /// Plaintext size of the whole blocks of a damaged file whose length cuts a block.
+    public static func plainSizeOfWholeBlocks(cipherSize: Int64) -> Int64 {
+        max(0, (cipherSize - headerSize) / cipherBlockSize * plainBlockSize)
+    }
 
     /// Plaintext size of a ciphertext file of `cipherSize` bytes. An empty file is
     /// empty; a size that ends inside a header, nonce or tag is a truncated file.

@@ -60,7 +60,17 @@ public struct ContentFile {
     /// Reads up to `buffer.count` plaintext bytes at `offset`; returns how many (0 at EOF).
     /// Throws `blockDamaged` naming the first block in the range that fails authentication.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        let size = try plainSize()
+        let cipherSize = Int64(try Sys.stat(fd).st_size)
+        let size: Int64
+        do {
+            size = try BlockLayout.plainSize(cipherSize: cipherSize)
+        } catch {
+            // A file cut inside its last block: the whole blocks before the cut still
+            // read; reading at or past the cut reports the truncation.
+            let whole = BlockLayout.plainSizeOfWholeBlocks(cipherSize: cipherSize)
+            if offset + Int64(buffer.count) > whole { throw error }
+            size = whole
+        }
         guard offset < size, buffer.count > 0, let id = try fileID() else { return 0 }
         let end = min(size, offset + Int64(buffer.count))
         let first = BlockLayout.blockIndex(plainOffset: offset)
@@ -106,6 +116,7 @@ public struct ContentFile {
     /// Writes `data` at plaintext `offset`, extending the file (with holes) if needed.
     public func write(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
         guard data.count > 0 else { return }
+        try BlockLayout.checkSize(offset + Int64(data.count))
         let oldSize = try plainSize()
         let id = try fileID() ?? createHeader()
         let end = offset + Int64(data.count)
@@ -114,8 +125,19 @@ public struct ContentFile {
         let regionStart = first * BlockLayout.plainBlockSize
         let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
 
-        // An old partial last block before the written region becomes a full block.
+        // Rewriting the old partial last block while extending the file: reserve the
+        // space first, so that ENOSPC cannot strike after that block was overwritten.
         let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
+        if oldSize % BlockLayout.plainBlockSize != 0 && oldLast <= last && end > oldSize {
+            let start = BlockLayout.cipherOffset(block: oldLast)
+            let length = BlockLayout.cipherSize(plainSize: max(end, (oldLast + 1) * BlockLayout.plainBlockSize)) - start
+            do {
+                try Sys.fallocate(fd, mode: FALLOC_FL_KEEP_SIZE, offset: start, length: length)
+            } catch let error as Errno where error.code == EOPNOTSUPP {
+                // The backing file system cannot reserve space; write without the guarantee.
+            }
+        }
+        // An old partial last block before the written region becomes a full block.
         if oldSize % BlockLayout.plainBlockSize != 0 && oldLast < first {
             try resizeBlock(oldLast, from: BlockLayout.blockLength(oldLast, plainSize: oldSize),
                             to: Int(BlockLayout.plainBlockSize), fileID: id)
@@ -164,13 +186,15 @@ public struct ContentFile {
     /// Sets the plaintext size. Growing leaves holes (no encrypted zeros are written
     /// beyond the old last block); shrinking re-seals the new last block if it is partial.
     public func truncate(to newSize: Int64) throws {
-        let oldSize = try plainSize()
-        guard newSize != oldSize else { return }
+        // Emptying needs no block, so it works on a damaged file too.
         if newSize == 0 {
             try Sys.truncate(fd, to: 0)
             ids.fileID = nil
             return
         }
+        try BlockLayout.checkSize(newSize)
+        let oldSize = try plainSize()
+        guard newSize != oldSize else { return }
         let id = try fileID() ?? createHeader()
         if newSize < oldSize {
             let index = BlockLayout.blockIndex(plainOffset: newSize)
@@ -180,8 +204,18 @@ public struct ContentFile {
             }
         } else if oldSize % BlockLayout.plainBlockSize != 0 {
             let index = BlockLayout.blockIndex(plainOffset: oldSize)
-            try resizeBlock(index, from: BlockLayout.blockLength(index, plainSize: oldSize),
-                            to: BlockLayout.blockLength(index, plainSize: newSize), fileID: id)
+            let oldLength = BlockLayout.blockLength(index, plainSize: oldSize)
+            let newLength = BlockLayout.blockLength(index, plainSize: newSize)
+            try resizeBlock(index, from: oldLength, to: newLength, fileID: id)
+            do {
+                try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
+            } catch {
+                // Too big for the backing file system: put the old last block back.
+                try? resizeBlock(index, from: newLength, to: oldLength, fileID: id)
+                try? Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: oldSize))
+                throw error
+            }
+            return
         }
         try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
     }

@@ -19,11 +19,24 @@ public final class Lock: @unchecked Sendable {
     }
 }
 
-/// A reader-writer lock (pthread_rwlock): many readers or one writer.
+/// A reader-writer lock (pthread_rwlock): many readers or one writer. A waiting writer
+/// goes before readers that arrive after it (glibc's default lets a stream of readers
+/// starve writers), so readers must never take the same lock twice on one thread.
 public final class ReadWriteLock: @unchecked Sendable {
     private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
 
-    public init() { pthread_rwlock_init(lock, nil) }
+    /// PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP (<pthread.h>, GNU).
+    private static let preferWriter: Int32 = 2
+    private typealias SetKind = @convention(c) (UnsafeMutablePointer<pthread_rwlockattr_t>?, Int32) -> Int32
+    private static let setKind: SetKind? = dlsym(nil, "pthread_rwlockattr_setkind_np").map { unsafeBitCast($0, to: SetKind.self) }
+
+    public init() {
+        var attributes = pthread_rwlockattr_t()
+        pthread_rwlockattr_init(&attributes)
+        _ = Self.setKind?(&attributes, Self.preferWriter)
+        pthread_rwlock_init(lock, &attributes)
+        pthread_rwlockattr_destroy(&attributes)
+    }
 
     deinit {
         pthread_rwlock_destroy(lock)

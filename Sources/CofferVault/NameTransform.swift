@@ -88,18 +88,35 @@ public struct NameTransform {
         }
     }
 
-    /// Writes the sidecar of a long name (no-op for short names). Call before creating
-    /// the entry itself, so a crash leaves at worst an orphan sidecar, never a nameless file.
-    public static func writeSidecar(_ name: BackingName, in dir: Int32) throws {
-        guard case .long(_, let encoded) = name, let sidecar = name.sidecar else { return }
-        let fd: Int32
-        do {
-            fd = try Sys.open(sidecar, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
-        } catch let error as Errno where error.code == EEXIST {
-            return  // same name, same directory IV: the content is identical
+    /// Writes the sidecar of a long name, durably (no-op for short names). Call before
+    /// creating the entry itself, so a crash leaves at worst an orphan sidecar, never a
+    /// nameless file. Returns true if this call created the sidecar (the caller removes
+    /// it again if creating the entry fails). An existing sidecar with the right content
+    /// is kept; a damaged one (a torn earlier write) is rewritten.
+    @discardableResult
+    public static func writeSidecar(_ name: BackingName, in dir: Int32) throws -> Bool {
+        guard case .long(_, let encoded) = name, let sidecar = name.sidecar else { return false }
+        let content = Array(encoded.utf8)
+        for _ in 0..<2 {
+            let fd: Int32
+            do {
+                fd = try Sys.open(sidecar, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+            } catch let error as Errno where error.code == EEXIST {
+                if (try? Sys.readFile(sidecar, in: dir, limit: 4096)) == content { return false }
+                try Sys.unlink(sidecar, in: dir)
+                continue
+            }
+            defer { Sys.close(fd) }
+            do {
+                try content.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+                try Sys.fsync(fd)
+            } catch {
+                try? Sys.unlink(sidecar, in: dir)
+                throw error
+            }
+            return true
         }
-        defer { Sys.close(fd) }
-        try Array(encoded.utf8).withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+        throw Errno(EEXIST, "sidecar \(sidecar)")
     }
 
     /// Removes the sidecar of a long name once its entry is gone (no-op for short names).

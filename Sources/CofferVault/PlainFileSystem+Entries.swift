@@ -3,19 +3,30 @@ import CofferCrypto
 import Glibc
 
 extension PlainFileSystem {
-    /// Prepares a new name in `parent`: its backing name, with the long-name sidecar written.
-    private func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
-        let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-        try NameTransform.writeSidecar(backing, in: dir.fd)
-        return backing
+    /// A new name in a directory: its backing name, and whether preparing it created
+    /// the long-name sidecar (which must go again if the entry is not made).
+    struct NewName {
+        let backing: BackingName
+        let createdSidecar: Bool
+        var name: String { backing.name }
+
+        func abandon(in dir: Node) {
+            if createdSidecar { NameTransform.removeSidecar(backing, in: dir.fd) }
+        }
     }
 
-    /// Runs `create` for a new entry; removes a sidecar it no longer needs if that fails.
-    private func creating(_ backing: BackingName, in dir: Node, _ create: () throws -> Void) throws {
+    /// Prepares a new name in `dir`: its backing name, with the long-name sidecar written.
+    func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> NewName {
+        let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+        return NewName(backing: backing, createdSidecar: try NameTransform.writeSidecar(backing, in: dir.fd))
+    }
+
+    /// Runs `create` for a new entry; removes the sidecar it wrote if that fails.
+    private func creating(_ new: NewName, in dir: Node, _ create: () throws -> Void) throws {
         do {
             try create()
-        } catch let error as Errno where error.code != EEXIST {
-            NameTransform.removeSidecar(backing, in: dir.fd)
+        } catch {
+            new.abandon(in: dir)
             throw error
         }
     }
@@ -43,7 +54,7 @@ extension PlainFileSystem {
             } catch {
                 try? Sys.unlink(DirectoryIV.fileName, in: fd)
                 try? Sys.unlink(backing.name, in: dir.fd, directory: true)
-                NameTransform.removeSidecar(backing, in: dir.fd)
+                backing.abandon(in: dir)
                 throw error
             }
             return try enter(backing.name, in: dir, plainName: name)
@@ -104,25 +115,46 @@ extension PlainFileSystem {
         }
     }
 
-    /// Removes an empty directory: its IV file first, restored if the removal fails.
+    /// Removes an empty directory: its IV file (and orphan sidecars) first, restored if
+    /// the removal fails.
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
             let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
             defer { Sys.close(fd) }
-            guard try Sys.listDirectory(fd).allSatisfy({ $0 == DirectoryIV.fileName }) else {
-                throw Errno(ENOTEMPTY, "rmdir")
-            }
-            let iv = try? DirectoryIV.read(in: fd)
-            try? Sys.unlink(DirectoryIV.fileName, in: fd)
-            do {
+            try removingDirectoryIV(fd) {
                 try Sys.unlink(backing.name, in: dir.fd, directory: true)
-            } catch {
-                if let iv { try? DirectoryIV.write(iv, in: fd) }
-                throw error
             }
             NameTransform.removeSidecar(backing, in: dir.fd)
+        }
+    }
+
+    /// Runs `remove` (which removes or replaces the backing directory `fd`) after taking
+    /// out its IV file and orphan long-name sidecars; throws ENOTEMPTY if it holds
+    /// anything else, and puts the IV back if `remove` fails.
+    func removingDirectoryIV(_ fd: Int32, _ remove: () throws -> Void) throws {
+        let entries = try Sys.listDirectory(fd)
+        let present = Set(entries)
+        let orphans = entries.filter {
+            $0.hasPrefix(NameTransform.longNamePrefix) && $0.hasSuffix(NameTransform.sidecarSuffix)
+                && !present.contains(String($0.dropLast(NameTransform.sidecarSuffix.count)))
+        }
+        guard entries.allSatisfy({ $0 == DirectoryIV.fileName || orphans.contains($0) }) else {
+            throw Errno(ENOTEMPTY, "rmdir")
+        }
+        let iv = try? DirectoryIV.read(in: fd)
+        // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
+        let st = try Sys.stat(fd)
+        let madeWritable = st.st_mode & 0o200 == 0 && chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) == 0
+        defer { if madeWritable { _ = chmod("/proc/self/fd/\(fd)", st.st_mode & 0o7777) } }
+        for orphan in orphans { try? Sys.unlink(orphan, in: fd) }
+        if entries.contains(DirectoryIV.fileName) { try Sys.unlink(DirectoryIV.fileName, in: fd) }
+        do {
+            try remove()
+        } catch {
+            if let iv { try? DirectoryIV.write(iv, in: fd) }
+            throw error
         }
     }
 
@@ -132,13 +164,32 @@ extension PlainFileSystem {
             let from = nodes.node(parent), to = nodes.node(newParent)
             let old = try keys.names.backingName(for: name, dirIV: try from.directoryIV())
             let new = try self.newName(newName, in: to, keys: keys)
-            try Sys.rename(old.name, in: from.fd, to: new.name, in: to.fd, flags: flags)
+            do {
+                try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
+            } catch {
+                new.abandon(in: to)
+                throw error
+            }
             // With RENAME_EXCHANGE both names still exist; otherwise the old one is gone
             // (unless it was renamed onto itself).
-            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new) {
+            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) {
                 NameTransform.removeSidecar(old, in: from.fd)
             }
         }
+    }
+
+    /// renameat2 of backing entries. A directory may replace an empty directory, as on
+    /// ext4: the target's IV file goes first (and comes back if the rename fails).
+    private func renameReplacingEmptyDirectory(_ old: String, in from: Node, to new: String, in to: Node, flags: UInt32) throws {
+        guard flags == 0,
+              let source = try? Sys.stat(old, in: from.fd), source.st_mode & S_IFMT == S_IFDIR,
+              let target = try? Sys.stat(new, in: to.fd), target.st_mode & S_IFMT == S_IFDIR,
+              source.st_ino != target.st_ino else {
+            return try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: flags)
+        }
+        let fd = try Sys.open(new, in: to.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        defer { Sys.close(fd) }
+        try removingDirectoryIV(fd) { try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: flags) }
     }
 
     /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.

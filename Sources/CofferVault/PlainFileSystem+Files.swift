@@ -52,7 +52,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
-            let fd = try Sys.open(node.procPath, flags: backingFlags)
+            let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
             return try openHandle(node, fd: fd, writable: writable, truncate: flags & O_TRUNC != 0, keys: keys)
         }
     }
@@ -60,14 +60,14 @@ extension PlainFileSystem {
     public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-            try NameTransform.writeSidecar(backing, in: dir.fd)
+            let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd: Int32
             do {
-                fd = try Sys.open(backing.name, in: dir.fd, flags: backingFlags | O_CREAT | O_NOFOLLOW | (flags & O_EXCL), mode: mode & 0o7777)
-            } catch let error as Errno where error.code != EEXIST {
-                NameTransform.removeSidecar(backing, in: dir.fd)
+                fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
+                                  mode: mode & 0o7777)
+            } catch {
+                new.abandon(in: dir)
                 throw error
             }
             if options.preserveOwner {
@@ -75,14 +75,20 @@ extension PlainFileSystem {
             }
             let entry: Entry
             do {
-                entry = try enter(backing.name, in: dir, plainName: name)
+                entry = try enter(new.name, in: dir, plainName: name)
             } catch {
                 Sys.close(fd)
                 throw error
             }
-            let handle = try openHandle(nodes.node(entry.node), fd: fd, writable: writable,
-                                        truncate: flags & O_TRUNC != 0, keys: keys)
-            return (entry, handle)
+            do {
+                let handle = try openHandle(nodes.node(entry.node), fd: fd, writable: writable,
+                                            truncate: flags & O_TRUNC != 0, keys: keys)
+                return (entry, handle)
+            } catch {
+                // The kernel never sees this entry: drop the lookup it would have held.
+                nodes.forget(entry.node, count: 1)
+                throw error
+            }
         }
     }
 
@@ -142,11 +148,26 @@ extension PlainFileSystem {
         }
     }
 
+    /// Opens the backing file. A write-only request still needs read access below (blocks
+    /// are read-modify-written); for a file its owner made write-only (mode 0200), read
+    /// permission is added for the moment of the open, as on ext4 the owner may write it.
+    func openForReadModifyWrite(_ node: Node, flags: Int32, userWantsRead: Bool) throws -> Int32 {
+        do {
+            return try Sys.open(node.procPath, flags: flags)
+        } catch let error as Errno where error.code == EACCES && !userWantsRead && flags & O_ACCMODE == O_RDWR {
+            let st = try Sys.stat(node.fd)
+            guard st.st_uid == geteuid(), st.st_mode & 0o400 == 0 else { throw error }
+            try retryOnInterrupt("chmod") { chmod(node.procPath, (st.st_mode & 0o7777) | 0o400) }
+            defer { _ = chmod(node.procPath, st.st_mode & 0o7777) }
+            return try Sys.open(node.procPath, flags: flags)
+        }
+    }
+
     /// Runs `body` with a descriptor that can write the node's content: the open file's
     /// if it has one, else a new one for the duration.
     func withWritableDescriptor<R>(_ node: Node, handle: UInt64?, _ body: (Int32) throws -> R) throws -> R {
         if let handle, OpenFile.borrow(handle).writable { return try body(OpenFile.borrow(handle).fd) }
-        let fd = try Sys.open(node.procPath, flags: O_RDWR)
+        let fd = try openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false)
         defer { Sys.close(fd) }
         return try body(fd)
     }

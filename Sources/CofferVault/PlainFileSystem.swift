@@ -113,8 +113,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         case S_IFREG:
             let size = Int64(st.st_size)
             // A damaged length still gets a size: the whole blocks before the cut.
-            out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size))
-                ?? max(0, (size - BlockLayout.headerSize) / BlockLayout.cipherBlockSize * BlockLayout.plainBlockSize))
+            out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size)) ?? BlockLayout.plainSizeOfWholeBlocks(cipherSize: size))
         case S_IFLNK:
             out.st_size = SymlinkCodec.plainLength(storedLength: Int(st.st_size))
         default:

@@ -16,7 +16,7 @@ public struct SymlinkCodec {
 
     /// The backing symlink target for plaintext `target`.
     public func encrypt(_ target: [UInt8]) throws -> String {
-        guard target.count <= Self.maxTargetLength else { throw VaultError.tooLong(what: "symlink target") }
+        guard target.count <= Self.maxTargetLength else { throw VaultError.tooLong(.symlinkTarget) }
         return Base64URL.encode(target.withUnsafeBytes { box.seal($0, associatedData: Self.associatedData) })
     }
 

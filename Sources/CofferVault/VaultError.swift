@@ -1,6 +1,13 @@
 // VaultError lists every way the backing directory can be unusable or damaged.
 import CofferCrypto
 
+/// What was too long in a `tooLong` error.
+public enum TooLongItem: String, Sendable {
+    case symlinkTarget = "symlink target"
+    case xattrName = "xattr name"
+    case xattrValue = "xattr value"
+}
+
 public enum VaultError: Error, Equatable, CustomStringConvertible {
     /// The directory has no coffer.conf.
     case notAVault(path: String)
@@ -41,7 +48,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     /// A plaintext name is empty, ".", "..", or contains '/' or NUL.
     case invalidName
     /// A symlink target, xattr name or value too long for the backing file system.
-    case tooLong(what: String)
+    case tooLong(TooLongItem)
     /// A sealed metadata item (symlink target, xattr value) failed authentication.
     case metadataDamaged(what: String)
 
@@ -67,7 +74,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
         case .nameTooLong: return "file name too long (more than 255 bytes)"
         case .invalidName: return "invalid file name"
-        case .tooLong(let what): return "\(what) too long"
+        case .tooLong(let item): return "\(item.rawValue) too long"
         case .metadataDamaged(let what): return "\(what) failed authentication"
         }
     }

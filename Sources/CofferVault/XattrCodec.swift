@@ -25,7 +25,7 @@ public struct XattrCodec {
     /// The backing xattr name for plaintext xattr `name` (e.g. "user.comment").
     public func backingName(for name: [UInt8]) throws -> String {
         guard !name.isEmpty else { throw VaultError.invalidName }
-        guard name.count <= Self.maxNameLength else { throw VaultError.tooLong(what: "xattr name") }
+        guard name.count <= Self.maxNameLength else { throw VaultError.tooLong(.xattrName) }
         return Self.backingPrefix + Base64URL.encode(names.encrypt(name, dirIV: Self.nameIV))
     }
 
@@ -40,7 +40,7 @@ public struct XattrCodec {
 
     /// Seals `value` for the xattr stored under `backingName`.
     public func sealValue(_ value: [UInt8], backingName: String) throws -> [UInt8] {
-        guard value.count <= Self.maxValueLength else { throw VaultError.tooLong(what: "xattr value") }
+        guard value.count <= Self.maxValueLength else { throw VaultError.tooLong(.xattrValue) }
         return value.withUnsafeBytes { box.seal($0, associatedData: Array(backingName.utf8)) }
     }
 

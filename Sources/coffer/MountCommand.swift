@@ -125,6 +125,7 @@ struct MountCommand: ParsableCommand {
 
     private func serve(status: StatusReport) throws {
         ProcessHardening.disableCoreDumps()
+        ProcessHardening.raiseDescriptorLimit()
         let log = DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         let vault = try Vault.open(at: cipherdir)
         let target = try MountPoint.checkUsable(mountpoint)

@@ -70,5 +70,7 @@ final class MountDamageTests: EndToEndCase {
         let r = vault.sh("cat data > /dev/null")
         XCTAssertNotEqual(r.status, 0)
         XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+        XCTAssertEqual(vault.sh("head -c 4096 data | wc -c").stdout, "4096\n", "whole blocks before the cut still read")
+        assertOK(vault.sh(": > data && echo fresh > data && cat data"), "a damaged file can be emptied and rewritten")
     }
 }

@@ -95,6 +95,23 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertEqual(Harness.sh("find \(vault.cipherdir) -name 'coffer.long.*' | wc -l").stdout, "0\n")
     }
 
+    func testDirectoryReplacesAnEmptyDirectory() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir a b && echo in > a/f && mv -T a b && test -f b/f && test ! -e a
+            mkdir c && echo x > c/g && mkdir d && ! mv -T d c 2>/dev/null && test -d d
+            python3 -c "import os; os.mkdir('e'); os.mkdir('f'); os.replace('e', 'f'); assert not os.path.exists('e')"
+            rmdir f d
+            """), "rename over an empty directory")
+    }
+
+    func testAbsurdSizesAreEFBIGAndTheDaemonSurvives() {
+        let vault = mountedVault()
+        let r = vault.sh("echo x > f; truncate -s 9150000000000000000 f 2>&1; dd if=/dev/zero of=f bs=1 count=1 seek=9150000000000000000 2>&1; true")
+        XCTAssertTrue(r.stdout.contains("File too large"), r.stdout)
+        XCTAssertEqual(vault.sh("cat f").stdout, "x\n", "the file is unchanged and the daemon alive")
+    }
+
     func testMmapSharedWritesReachTheFile() {
         let vault = mountedVault()
         assertOK(vault.sh("""
