@@ -1,6 +1,8 @@
 // ContentCipher seals and opens file content blocks with XChaCha20-Poly1305, each
 // bound to its file and its index; it works in caller-provided buffers only.
 import CSodium
+import Dispatch
+import Glibc
 
 /// The random per-file ID stored in a file's header; part of every block's associated data.
 public struct FileID: Equatable, Hashable, Sendable {
@@ -45,19 +47,79 @@ public struct ContentCipher: Sendable {
 
     /// Seals `plaintext` (consecutive blocks from `firstBlock`, the last may be short)
     /// into `ciphertext`, which must hold `cipherLength(plainLength:)` bytes.
-    /// All nonces come from one CSPRNG call; nothing is allocated on the heap.
+    /// Nonces come from the thread's NoncePool; nothing is allocated on the heap.
     public func seal(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
                      into ciphertext: UnsafeMutableRawBufferPointer) {
         let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
         precondition(ciphertext.count >= Self.cipherLength(plainLength: plaintext.count))
         guard blocks > 0 else { return }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: blocks * Self.nonceSize) { nonces in
-            Sodium.randomBytes(UnsafeMutableRawBufferPointer(nonces))
+            NoncePool.current.fill(UnsafeMutableRawBufferPointer(nonces))
             for i in 0..<blocks {
                 sealOne(plaintext, block: i, firstBlock: firstBlock, fileID: fileID,
                         nonce: UnsafeRawPointer(nonces.baseAddress! + i * Self.nonceSize), into: ciphertext)
             }
         }
+    }
+
+    /// Runs of at least this many blocks are split across the CPU cores (256 KiB:
+    /// below that, handing work to another thread costs more than it saves).
+    public static let parallelThreshold = 64
+
+    /// Like `seal`, with long runs split across the CPU cores.
+    public func sealInParallel(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                               into ciphertext: UnsafeMutableRawBufferPointer) {
+        let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
+        let parts = Self.parts(blocks)
+        guard parts > 1 else { return seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
+        let perPart = (blocks + parts - 1) / parts
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let first = part * perPart
+            let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
+            guard !plainRange.isEmpty else { return }
+            let cipherStart = first * Self.cipherBlockSize
+            seal(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
+                 into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]))
+        }
+    }
+
+    /// Like `open`, with long runs split across the CPU cores; throws for the first bad
+    /// block of the run (the lowest index).
+    @discardableResult
+    public func openInParallel(_ ciphertext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                               into plaintext: UnsafeMutableRawBufferPointer) throws -> Int {
+        let blocks = (ciphertext.count + Self.cipherBlockSize - 1) / Self.cipherBlockSize
+        let parts = Self.parts(blocks)
+        guard parts > 1 else { return try open(ciphertext, firstBlock: firstBlock, fileID: fileID, into: plaintext) }
+        let perPart = (blocks + parts - 1) / parts
+        let failures = UnsafeMutableBufferPointer<CryptoError?>.allocate(capacity: parts)
+        failures.initialize(repeating: nil)
+        defer { failures.deallocate() }
+        var total = 0
+        let totals = UnsafeMutableBufferPointer<Int>.allocate(capacity: parts)
+        totals.initialize(repeating: 0)
+        defer { totals.deallocate() }
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let first = part * perPart
+            let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
+            guard !cipherRange.isEmpty else { return }
+            let plainStart = first * Self.blockSize
+            do {
+                totals[part] = try open(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
+                                        fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]))
+            } catch {
+                failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
+            }
+        }
+        if let failure = failures.first(where: { $0 != nil }) { throw failure! }
+        for part in 0..<parts { total += totals[part] }
+        return total
+    }
+
+    /// How many parts a run of `blocks` blocks is split into.
+    static func parts(_ blocks: Int) -> Int {
+        guard blocks >= parallelThreshold else { return 1 }
+        return min(ProcessInfoCores.count, blocks / (parallelThreshold / 2))
     }
 
     /// Seals one block with a caller-chosen nonce. Only known-answer tests call this;
@@ -154,4 +216,9 @@ public struct ContentCipher: Sendable {
             return body(UnsafeBufferPointer(ad))
         }
     }
+}
+
+/// The number of CPU cores available, read once.
+enum ProcessInfoCores {
+    static let count = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 }

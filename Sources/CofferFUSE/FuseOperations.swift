@@ -11,15 +11,27 @@ enum FuseOperations {
         var ops = fuse_lowlevel_ops()
         ops.`init` = { userdata, conn in
             guard let conn else { return }
-            // Large requests: up to 1 MiB per write (libfuse sets max_pages to match).
+            // Large requests: up to 1 MiB per write (libfuse sets max_pages to match) and
+            // 1 MiB of readahead, so streaming I/O crosses into the daemon rarely.
             conn.pointee.max_write = 1 << 20
+            conn.pointee.max_readahead = 1 << 20
             conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
             if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
                 conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO)
             }
         }
         ops.lookup = { req, parent, name in
-            replying(req) { replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name))) }
+            replying(req) {
+                do {
+                    replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name)))
+                } catch let error as Errno where error.code == ENOENT {
+                    // A negative entry: the kernel may remember that the name is absent
+                    // (every create comes through this mount, which replaces it).
+                    var param = fuse_entry_param()
+                    param.entry_timeout = entryTimeout
+                    fuse_reply_entry(req, &param)
+                }
+            }
         }
         ops.forget = { req, ino, count in
             fs(req).forget(ino, count: count)

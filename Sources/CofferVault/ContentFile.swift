@@ -103,7 +103,7 @@ public struct ContentFile {
             throw VaultError.fileTruncated(cipherSize: BlockLayout.cipherOffset(block: first) + Int64(n))
         }
         do {
-            try cipher.open(UnsafeRawBufferPointer(scratch), firstBlock: UInt64(first), fileID: id, into: plain)
+            try cipher.openInParallel(UnsafeRawBufferPointer(scratch), firstBlock: UInt64(first), fileID: id, into: plain)
         } catch CryptoError.blockAuthenticationFailed(let index) {
             throw VaultError.blockDamaged(blockIndex: index)
         } catch CryptoError.blockTooShort(let index, _) {
@@ -143,6 +143,10 @@ public struct ContentFile {
                             to: Int(BlockLayout.plainBlockSize), fileID: id)
         }
 
+        if offset == regionStart && end == regionEnd {
+            // Whole blocks (or a new tail): seal straight from the caller's buffer.
+            return try sealAndWrite(data, firstBlock: first, fileID: id)
+        }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
         defer { plain.deallocate() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
@@ -167,7 +171,7 @@ public struct ContentFile {
         let sealed = UnsafeMutableRawBufferPointer.allocate(
             byteCount: ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
         defer { sealed.deallocate() }
-        cipher.seal(plain, firstBlock: UInt64(firstBlock), fileID: id, into: sealed)
+        cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id, into: sealed)
         try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock))
     }
 

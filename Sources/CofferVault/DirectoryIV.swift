@@ -7,20 +7,34 @@ public enum DirectoryIV {
     /// Name of the IV file in each backing directory.
     public static let fileName = "coffer.diriv"
 
-    /// Creates the IV file of a new, empty backing directory and makes it durable.
+    /// Creates the IV file of a new, empty backing directory. With `durable: false` it is
+    /// not fsynced: the mount makes it durable later, when a file below is fsynced
+    /// (PlainFileSystem.makeAncestorsDurable), so that mkdir does not pay an fsync.
     @discardableResult
-    public static func create(in dir: Int32) throws -> [UInt8] {
+    public static func create(in dir: Int32, durable: Bool = true) throws -> [UInt8] {
         let iv = Sodium.randomArray(count: NameCipher.ivSize)
-        try write(iv, in: dir)
+        try write(iv, in: dir, durable: durable)
         return iv
     }
 
-    /// Writes `iv` as the IV file of `dir` (which must not have one) and makes it durable.
-    static func write(_ iv: [UInt8], in dir: Int32) throws {
+    /// fsyncs the IV file of `dir`.
+    public static func sync(in dir: Int32) throws {
+        let fd = try Sys.open(fileName, in: dir, flags: O_RDONLY | O_NOFOLLOW)
+        defer { Sys.close(fd) }
+        try Sys.fsync(fd)
+    }
+
+    /// Writes `iv` as the IV file of `dir` (which must not have one).
+    static func write(_ iv: [UInt8], in dir: Int32, durable: Bool = true) throws {
         let fd = try Sys.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         defer { Sys.close(fd) }
-        try iv.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
-        try Sys.fsync(fd)
+        do {
+            try iv.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+            if durable { try Sys.fsync(fd) }
+        } catch {
+            try? Sys.unlink(fileName, in: dir)
+            throw error
+        }
     }
 
     /// Reads the IV of the backing directory `dir`.

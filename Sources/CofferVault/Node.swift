@@ -21,6 +21,8 @@ public final class Node: @unchecked Sendable {
     /// Guards `dirIV`, `parent` and `name`.
     private let stateLock = Lock()
     private var cachedDirIV: [UInt8]?
+    /// False for a directory made by this mount whose IV file was not fsynced yet.
+    private var ivDurable = true
     /// Last known parent and plaintext name, only for naming the file in damage reports.
     private var parent: Node?
     private var name: [UInt8] = []
@@ -49,7 +51,22 @@ public final class Node: @unchecked Sendable {
         return iv
     }
 
-    func setDirectoryIV(_ iv: [UInt8]) { stateLock.withLock { cachedDirIV = iv } }
+    func setDirectoryIV(_ iv: [UInt8], durable: Bool) {
+        stateLock.withLock {
+            cachedDirIV = iv
+            ivDurable = durable
+        }
+    }
+
+    /// Makes this directory's IV file durable if it is not yet.
+    func syncDirectoryIV() throws {
+        guard isDirectory, !stateLock.withLock({ ivDurable }) else { return }
+        try DirectoryIV.sync(in: fd)
+        stateLock.withLock { ivDurable = true }
+    }
+
+    /// The last known parent.
+    var knownParent: Node? { stateLock.withLock { parent } }
 
     /// The last known (parent, name), if any.
     var entry: (parent: Node, name: [UInt8])? {

@@ -82,6 +82,10 @@ extension PlainFileSystem {
     public func releasedir(_ handle: UInt64) { OpenDirectory.release(handle) }
 
     public func fsyncdir(_ handle: UInt64) throws {
-        try withKeys { _ in try AtomicFile.syncDirectory(OpenDirectory.borrow(handle).node.fd) }
+        try withKeys { _ in
+            let node = OpenDirectory.borrow(handle).node
+            try AtomicFile.syncDirectory(node.fd)
+            try makeAncestorsDurable(node)
+        }
     }
 }

@@ -47,8 +47,9 @@ extension PlainFileSystem {
             try creating(backing, in: dir) { try Sys.mkdir(backing.name, in: dir.fd, mode: 0o700) }
             let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
             defer { Sys.close(fd) }
+            let iv: [UInt8]
             do {
-                try DirectoryIV.create(in: fd)
+                iv = try DirectoryIV.create(in: fd, durable: false)
                 try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777) }
                 try own(backing.name, in: dir, caller: caller)
             } catch {
@@ -57,7 +58,9 @@ extension PlainFileSystem {
                 backing.abandon(in: dir)
                 throw error
             }
-            return try enter(backing.name, in: dir, plainName: name)
+            let entry = try enter(backing.name, in: dir, plainName: name)
+            nodes.node(entry.node).setDirectoryIV(iv, durable: false)
+            return entry
         }
     }
 

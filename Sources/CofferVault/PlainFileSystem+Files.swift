@@ -120,8 +120,21 @@ extension PlainFileSystem {
     /// fsync(2)/fdatasync(2) of the backing file; works on a file already unlinked.
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws {
         try withKeys { _ in
-            let fd = OpenFile.borrow(handle).fd
-            try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(fd) : Glibc.fsync(fd) }
+            let file = OpenFile.borrow(handle)
+            try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
+            try makeAncestorsDurable(file.node)
+        }
+    }
+
+    /// A file that was fsynced must stay readable after a power loss, so the IV files
+    /// of the directories above it (written without fsync by mkdir) are synced now.
+    func makeAncestorsDurable(_ node: Node) throws {
+        var current: Node? = node.isDirectory ? node : node.knownParent
+        var depth = 0
+        while let directory = current, depth < 4096 {
+            try directory.syncDirectoryIV()
+            current = directory.knownParent
+            depth += 1
         }
     }
 

@@ -7,12 +7,18 @@ extension PlainFileSystem {
     /// "system." xattrs (POSIX ACLs) carry mode semantics the kernel would have to
     /// enforce; stored as opaque data they would make tools like `cp -a` believe an ACL
     /// replaced the mode. They are refused, so tools fall back to chmod.
-    private func refuseSystemNamespace(_ name: [UInt8]) throws {
-        if name.starts(with: Array("system.".utf8)) { throw Errno(EOPNOTSUPP, "xattr") }
+    /// "security.capability" (file capabilities) is refused too: a FUSE mount is nosuid,
+    /// so the kernel ignores it anyway, and the kernel asks for it before every write —
+    /// knowing it is never stored lets that question be answered without any work.
+    private func refuseUnsupported(_ name: [UInt8]) throws {
+        if name.starts(with: Self.systemPrefix) || name == Self.fileCapabilities { throw Errno(EOPNOTSUPP, "xattr") }
     }
 
+    private static let systemPrefix = Array("system.".utf8)
+    private static let fileCapabilities = Array("security.capability".utf8)
+
     public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32) throws {
-        try refuseSystemNamespace(name)
+        try refuseUnsupported(name)
         try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.xattrs.backingName(for: name)
@@ -22,7 +28,8 @@ extension PlainFileSystem {
     }
 
     public func getxattr(_ id: UInt64, name: [UInt8]) throws -> [UInt8] {
-        try refuseSystemNamespace(name)
+        if name == Self.fileCapabilities { throw Errno(ENODATA, "getxattr") }
+        try refuseUnsupported(name)
         return try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.xattrs.backingName(for: name)
@@ -39,7 +46,7 @@ extension PlainFileSystem {
     }
 
     public func removexattr(_ id: UInt64, name: [UInt8]) throws {
-        try refuseSystemNamespace(name)
+        try refuseUnsupported(name)
         try withKeys { keys in
             try Sys.removeXattr(nodes.node(id).procPath, try keys.xattrs.backingName(for: name))
         }
