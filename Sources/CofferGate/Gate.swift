@@ -34,8 +34,12 @@ public final class Gate: @unchecked Sendable {
     private var since = Date()
     private var wiped = false
 
-    public init(fs: PlainFileSystem, mountpoint: String, idleLock: Int64?, log: @escaping @Sendable (String) -> Void) {
+    private let derive: Vault.KeyDerivation
+
+    public init(fs: PlainFileSystem, mountpoint: String, idleLock: Int64?,
+                derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess, log: @escaping @Sendable (String) -> Void) {
         self.fs = fs
+        self.derive = derive
         self.mountpoint = mountpoint
         self.idleLock = idleLock
         self.log = log
@@ -69,7 +73,7 @@ public final class Gate: @unchecked Sendable {
             let vault = try Vault.open(at: fs.vault.path)
             let master: MasterKey
             switch kind {
-            case .passphrase: master = try vault.unlock(passphrase: secret)
+            case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)
             case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
             }
             fs.unlock(master)

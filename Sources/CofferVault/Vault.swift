@@ -106,10 +106,18 @@ public final class Vault {
         return MasterKey(secret: secret)
     }
 
+    /// How a passphrase becomes a key-wrapping key: Argon2id, in this process or elsewhere.
+    public typealias KeyDerivation = (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
+
+    /// Argon2id in this process.
+    public static let deriveInProcess: KeyDerivation = { try PassphraseKDF.deriveKey(passphrase: $0, salt: $1, parameters: $2) }
+
     /// Unwraps the master key with the passphrase (runs Argon2id: about a second).
-    public func unlock(passphrase: SecureBytes) throws -> MasterKey {
+    /// `derive` lets the daemon run Argon2id in a short-lived helper process, so that its
+    /// own memory never grows by Argon2id's working area.
+    public func unlock(passphrase: SecureBytes, derive: KeyDerivation = Vault.deriveInProcess) throws -> MasterKey {
         let salt = try Base64URL.decode(config.kdf.salt)
-        let key = try PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: config.kdf.parameters)
+        let key = try derive(passphrase, salt, config.kdf.parameters)
         defer { key.wipe() }
         guard let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) else { throw VaultError.wrongPassphrase }
         return master

@@ -17,37 +17,44 @@ struct DaemonLauncher {
     /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
     /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
     static func spawn(arguments: [String]) throws -> DaemonLauncher {
-        closeInheritedDescriptorsOnExec()
         var status: [Int32] = [0, 0], secret: [Int32] = [0, 0]
         guard pipe(&status) == 0, pipe(&secret) == 0 else { throw Errno(errno, "pipe") }
-        for fd in status + secret { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let pid: pid_t
+        do {
+            pid = try spawnSelf(arguments, descriptors: [3: status[1], 4: secret[0]], newSession: true)
+        } catch {
+            [status[0], status[1], secret[0], secret[1]].forEach { close($0) }
+            throw error
+        }
+        close(status[1])
+        close(secret[0])
+        return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
+    }
 
+    /// posix_spawn of this very binary with `arguments`. In the child, each key of
+    /// `descriptors` is a copy of its value, the other standard descriptors are /dev/null,
+    /// and nothing else of ours is inherited. `newSession` detaches it (setsid).
+    static func spawnSelf(_ arguments: [String], descriptors: [Int32: Int32], newSession: Bool) throws -> pid_t {
+        closeInheritedDescriptorsOnExec()
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, status[1], 3)
-        posix_spawn_file_actions_adddup2(&actions, secret[0], 4)
+        for fd: Int32 in 0...2 where descriptors[fd] == nil {
+            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        for (target, source) in descriptors { posix_spawn_file_actions_adddup2(&actions, source, target) }
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID)
+        if newSession { posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID) }
 
         var argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, &argv, environ)
-        close(status[1])
-        close(secret[0])
-        guard rc == 0 else {
-            close(status[0])
-            close(secret[1])
-            throw Errno(rc, "posix_spawn")
-        }
-        return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
+        guard rc == 0 else { throw Errno(rc, "posix_spawn") }
+        return pid
     }
 
     /// Marks every descriptor above stderr close-on-exec, so the daemon inherits none of

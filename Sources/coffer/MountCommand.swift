@@ -132,12 +132,13 @@ struct MountCommand: ParsableCommand {
         let passphrase = try passphraseFD.map { try PassphraseReader.readLine($0, what: "passphrase") }
             ?? passfile.map { try PassphraseReader.fromFile($0) }
             ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
-        let master = try passphrase.map { try vault.unlock(passphrase: $0) }
+        let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
 
         let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0))
         fs.log = { log.write($0) }
-        let gate = Gate(fs: fs, mountpoint: target, idleLock: idleLock.flatMap(parseDuration), log: { log.write($0) })
+        let gate = Gate(fs: fs, mountpoint: target, idleLock: idleLock.flatMap(parseDuration),
+                        derive: KDFHelper.derive, log: { log.write($0) })
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 

@@ -1,0 +1,95 @@
+// KDFHelper runs Argon2id in a short-lived child process (`coffer kdf-helper`), so that
+// the daemon, which lives for the whole mount, never holds Argon2id's working area
+// (64 MiB to 4 GiB) in its own memory. Parameters and passphrase go to the child on a
+// pipe, the 32-byte key comes back on another; nothing secret is in argv or the
+// environment, and the child disables core dumps like the daemon.
+import ArgumentParser
+import CofferCrypto
+import CofferVault
+import Glibc
+
+enum KDFHelper {
+    /// The request: u64 opsLimit ‖ u64 memLimit ‖ salt (16) ‖ u32 passphrase length ‖ passphrase.
+    /// The answer: one status byte (0: ok) ‖ 32 key bytes.
+    static func derive(passphrase: SecureBytes, salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
+        var request: [Int32] = [0, 0], answer: [Int32] = [0, 0]
+        guard pipe(&request) == 0, pipe(&answer) == 0 else { throw Errno(errno, "pipe") }
+        let pid: pid_t
+        do {
+            pid = try DaemonLauncher.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
+        } catch {
+            [request[0], request[1], answer[0], answer[1]].forEach { close($0) }
+            throw error
+        }
+        close(request[0])
+        close(answer[1])
+        defer {
+            close(answer[0])
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+        }
+        var header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
+            + withUnsafeBytes(of: parameters.memLimit.bigEndian, Array.init) + salt
+            + withUnsafeBytes(of: UInt32(passphrase.count).bigEndian, Array.init)
+        let sent = writeAll(request[1], &header) && passphrase.withUnsafeBytes { writeAll(request[1], $0) }
+        close(request[1])
+        guard sent else { throw Errno(EPIPE, "kdf-helper") }
+        let key = SecureBytes(count: MasterKey.size)
+        var status: UInt8 = 1
+        guard read(answer[0], &status, 1) == 1, status == 0,
+              key.withUnsafeMutableBytes({ readAll(answer[0], $0) }) else { throw CryptoError.kdfFailed }
+        return key
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        var done = 0
+        while done < bytes.count {
+            let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            done += n
+        }
+        return true
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: inout [UInt8]) -> Bool { bytes.withUnsafeBytes { writeAll(fd, $0) } }
+
+    static func readAll(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        var done = 0
+        while done < buffer.count {
+            let n = read(fd, buffer.baseAddress! + done, buffer.count - done)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            done += n
+        }
+        return true
+    }
+}
+
+/// The child side: reads one request on stdin, answers on stdout, exits.
+struct KDFHelperCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kdf-helper", abstract: "Internal: derives a key for the daemon.", shouldDisplay: false)
+
+    func run() throws {
+        ProcessHardening.disableCoreDumps()
+        var header = [UInt8](repeating: 0, count: 8 + 8 + PassphraseKDF.saltSize + 4)
+        guard header.withUnsafeMutableBytes({ KDFHelper.readAll(0, $0) }) else { throw ExitCode(1) }
+        func u64(_ at: Int) -> UInt64 { header[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
+        let parameters = KDFParameters(opsLimit: u64(0), memLimit: u64(8))
+        let salt = Array(header[16..<16 + PassphraseKDF.saltSize])
+        let length = Int(header[(16 + PassphraseKDF.saltSize)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+        guard parameters.isAcceptable, length > 0, length <= PassphraseReader.maxLength else { throw ExitCode(1) }
+        let passphrase = SecureBytes(count: length)
+        guard passphrase.withUnsafeMutableBytes({ KDFHelper.readAll(0, $0) }) else { throw ExitCode(1) }
+        guard let key = try? PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: parameters) else {
+            var failed: UInt8 = 1
+            _ = write(1, &failed, 1)
+            throw ExitCode(1)
+        }
+        passphrase.wipe()
+        var ok: UInt8 = 0
+        guard write(1, &ok, 1) == 1, key.withUnsafeBytes({ KDFHelper.writeAll(1, $0) }) else { throw ExitCode(1) }
+        key.wipe()
+    }
+}
