@@ -42,7 +42,15 @@ struct DaemonLauncher {
         for fd: Int32 in 0...2 where descriptors[fd] == nil {
             posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
         }
-        for (target, source) in descriptors { posix_spawn_file_actions_adddup2(&actions, source, target) }
+        // Through descriptors above every target first: a source may itself be another
+        // mapping's target (the status pipe's write end may be fd 4, which the secret pipe
+        // is to become), and file actions run in order.
+        let mappings = descriptors.sorted { $0.key < $1.key }
+        for (i, (_, source)) in mappings.enumerated() { posix_spawn_file_actions_adddup2(&actions, source, 100 + Int32(i)) }
+        for (i, (target, _)) in mappings.enumerated() {
+            posix_spawn_file_actions_adddup2(&actions, 100 + Int32(i), target)
+            posix_spawn_file_actions_addclose(&actions, 100 + Int32(i))
+        }
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -88,8 +96,9 @@ struct DaemonLauncher {
         let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
         guard let space = line.firstIndex(of: " ") ?? (line.isEmpty ? nil : line.endIndex),
               let code = Int32(line[..<space]) else {
+            // No status: the daemon is gone, or going. Wait for it a little, never forever.
             var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            for _ in 0..<50 where waitpid(pid, &status, WNOHANG) == 0 { usleep(100_000) }
             return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(status >> 8))")
         }
         if code != 0 {
