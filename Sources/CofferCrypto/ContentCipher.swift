@@ -15,7 +15,12 @@ public struct FileID: Equatable, Hashable, Sendable {
         self.bytes = bytes
     }
 
-    public static func random() -> FileID { FileID(bytes: Sodium.randomArray(count: size)) }
+    /// A fresh file ID from the thread's nonce pool (IDs are public; they must be unique).
+    public static func random() -> FileID {
+        var bytes = [UInt8](repeating: 0, count: size)
+        bytes.withUnsafeMutableBytes { NoncePool.current.fill($0) }
+        return FileID(bytes: bytes)
+    }
 }
 
 public struct ContentCipher: Sendable {

@@ -111,6 +111,8 @@ enum FuseOperations {
         ops.open = { req, ino, fi in
             replying(req) {
                 fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags)
+                // Writes go straight to the backing file: close needs no FLUSH round trip.
+                fi!.pointee.noflush = 1
                 if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
             }
         }
@@ -119,6 +121,7 @@ enum FuseOperations {
                 let (entry, handle) = try fs(req).create(parent: parent, name: bytes(name), mode: mode,
                                                          flags: fi!.pointee.flags, caller: caller(req))
                 fi!.pointee.fh = handle
+                fi!.pointee.noflush = 1
                 var param = entryParam(entry)
                 if fuse_reply_create(req, &param, fi) != 0 {
                     fs(req).release(handle)

@@ -55,6 +55,12 @@ public struct ContentFile {
         return header.fileID
     }
 
+    /// The backing file's size, and the plaintext size it means.
+    private func sizes() throws -> (cipher: Int64, plain: Int64) {
+        let cipher = Int64(try Sys.stat(fd).st_size)
+        return (cipher, try BlockLayout.plainSize(cipherSize: cipher))
+    }
+
     // MARK: Reading
 
     /// Reads up to `buffer.count` plaintext bytes at `offset`; returns how many (0 at EOF).
@@ -117,10 +123,26 @@ public struct ContentFile {
     public func write(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
         guard data.count > 0 else { return }
         try BlockLayout.checkSize(offset + Int64(data.count))
-        let oldSize = try plainSize()
-        let id = try fileID() ?? createHeader()
+        let (cipherSize, oldSize) = try sizes()
         let end = offset + Int64(data.count)
         let first = BlockLayout.blockIndex(plainOffset: offset)
+        // An empty file gets its header with the first write; when that write starts at
+        // block 0, both go to the disk in one pwrite.
+        var pendingHeader: FileHeader?
+        let id: FileID
+        if cipherSize == 0 {
+            let header = FileHeader(fileID: .random())
+            if first == 0 {
+                pendingHeader = header
+            } else {
+                try header.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+            }
+            ids.fileID = header.fileID
+            id = header.fileID
+        } else {
+            guard let known = try fileID() else { throw VaultError.fileTruncated(cipherSize: cipherSize) }
+            id = known
+        }
         let last = BlockLayout.blockIndex(plainOffset: end - 1)
         let regionStart = first * BlockLayout.plainBlockSize
         let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
@@ -145,7 +167,7 @@ public struct ContentFile {
 
         if offset == regionStart && end == regionEnd {
             // Whole blocks (or a new tail): seal straight from the caller's buffer.
-            return try sealAndWrite(data, firstBlock: first, fileID: id)
+            return try sealAndWrite(data, firstBlock: first, fileID: id, header: pendingHeader)
         }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
         defer { plain.deallocate() }
@@ -164,15 +186,21 @@ public struct ContentFile {
                            into: UnsafeMutableRawBufferPointer(rebasing: plain[at..<at + length]))
         }
         (plain.baseAddress! + Int(offset - regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
-        try sealAndWrite(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id)
+        try sealAndWrite(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id, header: pendingHeader)
     }
 
-    private func sealAndWrite(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID) throws {
+    /// Seals `plain` as the blocks from `firstBlock` and writes them in one pwrite, after
+    /// `header` if one is given (then `firstBlock` is 0).
+    private func sealAndWrite(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID,
+                              header: FileHeader? = nil) throws {
+        let prefix = header == nil ? 0 : FileHeader.size
         let sealed = UnsafeMutableRawBufferPointer.allocate(
-            byteCount: ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
+            byteCount: prefix + ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
         defer { sealed.deallocate() }
-        cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id, into: sealed)
-        try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock))
+        if let header { header.bytes.withUnsafeBytes { sealed.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: prefix) } }
+        cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
+                              into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix...]))
+        try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix))
     }
 
     /// Re-seals block `index` with a new plaintext length (cut, or zero-extended).

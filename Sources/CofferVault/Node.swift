@@ -12,6 +12,8 @@ public final class Node: @unchecked Sendable {
 
     /// Kernel lookup count; guarded by the NodeTable's lock.
     var lookups: UInt64 = 0
+    /// When the node was last entered (NodeTable tick); guarded by the NodeTable's lock.
+    var lastEntered: UInt64 = 0
 
     /// Serialises content writes and truncates against reads of this inode.
     let content = ReadWriteLock()

@@ -60,7 +60,25 @@ public final class PlainFileSystem: @unchecked Sendable {
         self.options = options
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
         nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
+        // Keep well below the descriptor limit: descriptors are also needed for open files.
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+            nodes.pressureThreshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
+        }
     }
+
+    /// Number of nodes above which the table asks for relief.
+    public var nodePressureThreshold: Int { nodes.pressureThreshold }
+
+    /// Called, from a request thread, when the table grows past its threshold; the
+    /// handler must not invalidate from that thread (the kernel may hold the directory
+    /// lock of the request) but hand the work to another and call `relievedNodePressure`.
+    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure = handler }
+
+    public func relievedNodePressure() { nodes.relieved() }
+
+    /// The least recently entered names, to invalidate in the kernel under pressure.
+    public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
 
     // MARK: The gate
 

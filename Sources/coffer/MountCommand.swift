@@ -166,6 +166,7 @@ struct MountCommand: ParsableCommand {
         gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
                           invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
         gate.startIdleTimer()
+        NodePressureRelief.start(fs: fs, session: session, log: { log.write($0) })
         log.write("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
