@@ -64,7 +64,7 @@ public final class FuseSession {
     /// signal arrives; then unmounts. Returns libfuse's status (0: clean exit).
     @discardableResult
     public func run(threads: Int = 8) -> Int32 {
-        var config = fuse_loop_config(clone_fd: 0, max_idle_threads: UInt32(threads))
+        var config = fuse_loop_config(clone_fd: 1, max_idle_threads: UInt32(threads))
         let status = fuse_session_loop_mt_32(session, &config)
         fuse_remove_signal_handlers(session)
         if mounted {

@@ -65,37 +65,50 @@ public struct ContentFile {
 
     /// Reads up to `buffer.count` plaintext bytes at `offset`; returns how many (0 at EOF).
     /// Throws `blockDamaged` naming the first block in the range that fails authentication.
+    /// One pread and no fstat: how much there is follows from how much pread returned.
     public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        let cipherSize = Int64(try Sys.stat(fd).st_size)
-        let size: Int64
-        do {
-            size = try BlockLayout.plainSize(cipherSize: cipherSize)
-        } catch {
-            // A file cut inside its last block: the whole blocks before the cut still
-            // read; reading at or past the cut reports the truncation.
-            let whole = BlockLayout.plainSizeOfWholeBlocks(cipherSize: cipherSize)
-            if offset + Int64(buffer.count) > whole { throw error }
-            size = whole
-        }
-        guard offset < size, buffer.count > 0, let id = try fileID() else { return 0 }
-        let end = min(size, offset + Int64(buffer.count))
+        guard buffer.count > 0, offset >= 0 else { return 0 }
         let first = BlockLayout.blockIndex(plainOffset: offset)
-        let last = BlockLayout.blockIndex(plainOffset: end - 1)
-        let regionStart = first * BlockLayout.plainBlockSize
-        let regionLength = Int(min(size, (last + 1) * BlockLayout.plainBlockSize) - regionStart)
-        let wanted = Int(end - offset)
-        if offset == regionStart && wanted == regionLength {
-            // Whole blocks: decrypt straight into the caller's buffer.
-            try readBlocks(first, plainLength: regionLength, fileID: id,
-                           into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))
+        let last = BlockLayout.blockIndex(plainOffset: offset + Int64(buffer.count) - 1)
+        let cipherStart = BlockLayout.cipherOffset(block: first)
+        let scratch = UnsafeMutableRawBufferPointer.allocate(
+            byteCount: Int(last - first + 1) * ContentCipher.cipherBlockSize, alignment: 16)
+        defer { scratch.deallocate() }
+        let n = try Sys.readFully(fd, into: scratch, at: cipherStart)
+        // Plaintext bytes in what was read: whole blocks, then a partial last block.
+        let full = n / ContentCipher.cipherBlockSize, rest = n % ContentCipher.cipherBlockSize
+        let available = full * ContentCipher.blockSize + max(0, rest - ContentCipher.overhead)
+        let skip = Int(offset - first * BlockLayout.plainBlockSize)
+        let wanted = min(buffer.count, available - skip)
+        if rest > 0 && rest <= ContentCipher.overhead && skip + buffer.count > available {
+            // Cut inside a block's nonce or tag: the whole blocks before still read.
+            throw VaultError.fileTruncated(cipherSize: cipherStart + Int64(n))
+        }
+        guard wanted > 0, let id = try fileID() else { return 0 }
+        // Open only the blocks that hold the wanted bytes.
+        let plainLength = min(available, (skip + wanted + ContentCipher.blockSize - 1) / ContentCipher.blockSize * ContentCipher.blockSize)
+        let sealed = UnsafeRawBufferPointer(rebasing: scratch[0..<ContentCipher.cipherLength(plainLength: plainLength)])
+        if skip == 0 && wanted == plainLength {
+            try open(sealed, first: first, fileID: id, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))
         } else {
-            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: regionLength, alignment: 16)
-            defer { scratch.deallocate() }
-            try readBlocks(first, plainLength: regionLength, fileID: id, into: scratch)
-            let skip = Int(offset - regionStart)
-            buffer.baseAddress!.copyMemory(from: scratch.baseAddress! + skip, byteCount: wanted)
+            let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: plainLength, alignment: 16)
+            defer { plain.deallocate() }
+            try open(sealed, first: first, fileID: id, into: plain)
+            buffer.baseAddress!.copyMemory(from: plain.baseAddress! + skip, byteCount: wanted)
         }
         return wanted
+    }
+
+    /// Opens sealed blocks from block `first`, reporting damage as a VaultError.
+    private func open(_ sealed: UnsafeRawBufferPointer, first: Int64, fileID id: FileID,
+                      into plain: UnsafeMutableRawBufferPointer) throws {
+        do {
+            try cipher.openInParallel(sealed, firstBlock: UInt64(first), fileID: id, into: plain)
+        } catch CryptoError.blockAuthenticationFailed(let index) {
+            throw VaultError.blockDamaged(blockIndex: index)
+        } catch CryptoError.blockTooShort(let index, _) {
+            throw VaultError.blockDamaged(blockIndex: index)
+        }
     }
 
     /// Reads and opens the blocks from `first` holding `plainLength` plaintext bytes.
@@ -108,13 +121,7 @@ public struct ContentFile {
         guard n == cipherLength else {
             throw VaultError.fileTruncated(cipherSize: BlockLayout.cipherOffset(block: first) + Int64(n))
         }
-        do {
-            try cipher.openInParallel(UnsafeRawBufferPointer(scratch), firstBlock: UInt64(first), fileID: id, into: plain)
-        } catch CryptoError.blockAuthenticationFailed(let index) {
-            throw VaultError.blockDamaged(blockIndex: index)
-        } catch CryptoError.blockTooShort(let index, _) {
-            throw VaultError.blockDamaged(blockIndex: index)
-        }
+        try open(UnsafeRawBufferPointer(scratch), first: first, fileID: id, into: plain)
     }
 
     // MARK: Writing
