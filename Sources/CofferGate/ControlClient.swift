@@ -28,17 +28,7 @@ public enum ControlClient {
         defer { close(fd) }
         guard Frames.write(fd, Frames.encode(request)) else { throw Failure.noDaemon(path) }
         if let secret {
-            let sent = secret.withUnsafeBytes { bytes -> Bool in
-                var done = 0
-                while done < bytes.count {
-                    let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { return false }
-                    done += n
-                }
-                return true
-            }
-            guard sent else { throw Failure.noDaemon(path) }
+            guard (try? secret.withUnsafeBytes({ try Sys.send(fd, $0) })) != nil else { throw Failure.noDaemon(path) }
         }
         guard let body = try? Frames.readFrame(fd),
               let response = try? JSONDecoder().decode(ControlResponse.self, from: Data(body)) else {

@@ -2,7 +2,9 @@
 // a 4-byte big-endian length and a JSON object; an unlock request is followed by the
 // raw secret bytes, so the secret never passes through a JSON string.
 import CofferCrypto
+import CofferVault
 import Foundation
+import Glibc
 
 public enum ControlProtocol {
     /// Protocol version spoken by this build.
@@ -98,16 +100,8 @@ enum Frames {
         return withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body
     }
 
-    /// Reads exactly `count` bytes into `buffer`; false at end of stream or timeout.
     static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
-        var done = 0
-        while done < buffer.count {
-            let n = Glibc.read(fd, buffer.baseAddress! + done, buffer.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            done += n
-        }
-        return true
+        Sys.receive(fd, into: buffer)
     }
 
     enum ReadError: Error { case closed, tooLarge(Int) }
@@ -124,16 +118,7 @@ enum Frames {
     }
 
     static func write(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        bytes.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return false }
-                done += n
-            }
-            return true
-        }
+        (try? bytes.withUnsafeBytes { try Sys.send(fd, $0) }) != nil
     }
 
     /// Reads `length` secret bytes straight into secure memory.

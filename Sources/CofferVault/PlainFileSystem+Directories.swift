@@ -23,15 +23,11 @@ final class OpenDirectory {
 
     init(node: Node) { self.node = node }
 
-    var handle: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passRetained(self).toOpaque())) }
+    var handle: UInt64 { Handles.make(self) }
 
-    static func borrow(_ handle: UInt64) -> OpenDirectory {
-        Unmanaged<OpenDirectory>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).takeUnretainedValue()
-    }
+    static func borrow(_ handle: UInt64) -> OpenDirectory { Handles.borrow(handle, as: OpenDirectory.self) }
 
-    static func release(_ handle: UInt64) {
-        Unmanaged<OpenDirectory>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).release()
-    }
+    static func release(_ handle: UInt64) { Handles.release(handle, as: OpenDirectory.self) }
 }
 
 extension PlainFileSystem {

@@ -17,15 +17,11 @@ final class OpenFile {
 
     deinit { Sys.close(fd) }
 
-    var handle: UInt64 { UInt64(UInt(bitPattern: Unmanaged.passRetained(self).toOpaque())) }
+    var handle: UInt64 { Handles.make(self) }
 
-    static func borrow(_ handle: UInt64) -> OpenFile {
-        Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).takeUnretainedValue()
-    }
+    static func borrow(_ handle: UInt64) -> OpenFile { Handles.borrow(handle, as: OpenFile.self) }
 
-    static func release(_ handle: UInt64) {
-        Unmanaged<OpenFile>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(handle))!).release()
-    }
+    static func release(_ handle: UInt64) { Handles.release(handle, as: OpenFile.self) }
 }
 
 extension PlainFileSystem {

@@ -81,6 +81,27 @@ public enum Sys {
         }
     }
 
+    /// write(2) until every byte of `buffer` is written (pipes and sockets).
+    public static func send(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = try retryOnInterrupt("write") { Glibc.write(fd, buffer.baseAddress! + done, buffer.count - done) }
+            guard n > 0 else { throw Errno(EPIPE, "write") }
+            done += n
+        }
+    }
+
+    /// read(2) until `buffer` is full; false if the stream ends (or times out) first.
+    public static func receive(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Bool {
+        var done = 0
+        while done < buffer.count {
+            guard let n = try? retryOnInterrupt("read", { Glibc.read(fd, buffer.baseAddress! + done, buffer.count - done) }),
+                  n > 0 else { return false }
+            done += n
+        }
+        return true
+    }
+
     /// ftruncate(2).
     public static func truncate(_ fd: Int32, to size: Int64) throws {
         try retryOnInterrupt("ftruncate") { Glibc.ftruncate(fd, off_t(size)) }

@@ -84,14 +84,6 @@ struct InitCommand: ParsableCommand {
 
 /// Writes a secret followed by a newline straight from secure memory.
 func writeSecretLine(_ secret: SecureBytes, to fd: Int32) throws {
-    try secret.withUnsafeBytes { bytes in
-        var done = 0
-        while done < bytes.count {
-            let n = Glibc.write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw Errno(errno, "write") }
-            done += n
-        }
-    }
-    guard Glibc.write(fd, "\n", 1) == 1 else { throw Errno(errno, "write") }
+    try secret.withUnsafeBytes { try Sys.send(fd, $0) }
+    try [UInt8(ascii: "\n")].withUnsafeBytes { try Sys.send(fd, $0) }
 }

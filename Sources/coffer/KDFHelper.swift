@@ -28,41 +28,17 @@ enum KDFHelper {
             var status: Int32 = 0
             waitpid(pid, &status, 0)
         }
-        var header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
+        let header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
             + withUnsafeBytes(of: parameters.memLimit.bigEndian, Array.init) + salt
             + withUnsafeBytes(of: UInt32(passphrase.count).bigEndian, Array.init)
-        let sent = writeAll(request[1], &header) && passphrase.withUnsafeBytes { writeAll(request[1], $0) }
-        close(request[1])
-        guard sent else { throw Errno(EPIPE, "kdf-helper") }
+        defer { close(request[1]) }
+        try header.withUnsafeBytes { try Sys.send(request[1], $0) }
+        try passphrase.withUnsafeBytes { try Sys.send(request[1], $0) }
         let key = SecureBytes(count: MasterKey.size)
         var status: UInt8 = 1
         guard read(answer[0], &status, 1) == 1, status == 0,
-              key.withUnsafeMutableBytes({ readAll(answer[0], $0) }) else { throw CryptoError.kdfFailed }
+              key.withUnsafeMutableBytes({ Sys.receive(answer[0], into: $0) }) else { throw CryptoError.kdfFailed }
         return key
-    }
-
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
-        var done = 0
-        while done < bytes.count {
-            let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            done += n
-        }
-        return true
-    }
-
-    static func writeAll(_ fd: Int32, _ bytes: inout [UInt8]) -> Bool { bytes.withUnsafeBytes { writeAll(fd, $0) } }
-
-    static func readAll(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
-        var done = 0
-        while done < buffer.count {
-            let n = read(fd, buffer.baseAddress! + done, buffer.count - done)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
-            done += n
-        }
-        return true
     }
 }
 
@@ -74,14 +50,14 @@ struct KDFHelperCommand: ParsableCommand {
     func run() throws {
         ProcessHardening.disableCoreDumps()
         var header = [UInt8](repeating: 0, count: 8 + 8 + PassphraseKDF.saltSize + 4)
-        guard header.withUnsafeMutableBytes({ KDFHelper.readAll(0, $0) }) else { throw ExitCode(1) }
+        guard header.withUnsafeMutableBytes({ Sys.receive(0, into: $0) }) else { throw ExitCode(1) }
         func u64(_ at: Int) -> UInt64 { header[at..<at + 8].reduce(0) { $0 << 8 | UInt64($1) } }
         let parameters = KDFParameters(opsLimit: u64(0), memLimit: u64(8))
         let salt = Array(header[16..<16 + PassphraseKDF.saltSize])
         let length = Int(header[(16 + PassphraseKDF.saltSize)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
         guard parameters.isAcceptable, length > 0, length <= PassphraseReader.maxLength else { throw ExitCode(1) }
         let passphrase = SecureBytes(count: length)
-        guard passphrase.withUnsafeMutableBytes({ KDFHelper.readAll(0, $0) }) else { throw ExitCode(1) }
+        guard passphrase.withUnsafeMutableBytes({ Sys.receive(0, into: $0) }) else { throw ExitCode(1) }
         guard let key = try? PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: parameters) else {
             var failed: UInt8 = 1
             _ = write(1, &failed, 1)
@@ -89,7 +65,7 @@ struct KDFHelperCommand: ParsableCommand {
         }
         passphrase.wipe()
         var ok: UInt8 = 0
-        guard write(1, &ok, 1) == 1, key.withUnsafeBytes({ KDFHelper.writeAll(1, $0) }) else { throw ExitCode(1) }
+        guard write(1, &ok, 1) == 1, (try? key.withUnsafeBytes({ try Sys.send(1, $0) })) != nil else { throw ExitCode(1) }
         key.wipe()
     }
 }
