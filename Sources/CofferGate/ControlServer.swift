@@ -62,8 +62,15 @@ public final class ControlServer: @unchecked Sendable {
         while true {
             let fd = accept(listener, nil, nil)
             if fd < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return  // listener closed
+                switch errno {
+                case EINTR, ECONNABORTED: continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    // Out of descriptors or memory for a moment: the socket must stay
+                    // usable (it is how the owner locks the vault), so wait and retry.
+                    usleep(100_000)
+                    continue
+                default: return  // the listener was closed by stop()
+                }
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             // One thread per connection: a slow client cannot hold up the others.

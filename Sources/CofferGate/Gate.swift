@@ -105,16 +105,18 @@ public final class Gate: @unchecked Sendable {
     /// there, so the kernel writes back dirty pages (shared mmaps) through the daemon;
     /// (2) wait for operations in flight and wipe the keys; (3) invalidate inodes and
     /// entries again, so nothing decrypted stays in the page, attribute or dentry caches.
-    public func lock(reason: String) {
+    /// With `ifIdleFor`, locks only if no operation needed the keys for that many
+    /// seconds (checked under the gate's lock, so an unlock in between wins).
+    public func lock(reason: String, ifIdleFor idle: Int64? = nil) {
         lock.lock()
         defer { lock.unlock() }
         guard fs.isUnlocked else { return }
-        let nodes = fs.knownNodes()
-        let entries = fs.knownEntries()
-        if let caches { nodes.forEach(caches.invalidateNode) }
-        fs.lock()
+        if let idle, fs.idleSeconds < idle { return }
+        if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
+        let entries = fs.lock()
         if let caches {
-            nodes.forEach(caches.invalidateNode)
+            // Nodes the kernel learnt during step 1 are in this fresh list too.
+            fs.knownNodes().forEach(caches.invalidateNode)
             entries.forEach { caches.invalidateEntry($0.parent, $0.name) }
         }
         since = Date()
@@ -135,7 +137,7 @@ public final class Gate: @unchecked Sendable {
         let thread = Thread { [self] in
             while true {
                 sleep(UInt32(min(max(idle / 4, 1), 5)))
-                if fs.isUnlocked && fs.idleSeconds >= idle { lock(reason: "idle for \(idle) s") }
+                if fs.isUnlocked && fs.idleSeconds >= idle { lock(reason: "idle for \(idle) s", ifIdleFor: idle) }
             }
         }
         thread.name = "coffer-idle-lock"

@@ -50,7 +50,7 @@ public enum SocketPath {
     /// made safe and short, and a hash of the whole path (sockets are limited to 107 bytes).
     public static func name(forMountpoint mountpoint: String) -> String {
         let last = mountpoint.split(separator: "/").last.map(String.init) ?? "root"
-        let safe = String(last.unicodeScalars.map { CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0) ? Character($0) : "_" }.prefix(24))
+        let safe = String(last.unicodeScalars.map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) ? Character($0) : "_" }.prefix(24))
         let hash = Hash.blake2b256(Array(mountpoint.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
         return "\(safe)-\(hash).sock"
     }

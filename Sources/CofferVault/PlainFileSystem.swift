@@ -89,16 +89,21 @@ public final class PlainFileSystem: @unchecked Sendable {
         gate.writing {
             keys?.set.wipe()
             keys = Keys(set)
+            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
         }
     }
 
     /// Closes the view: waits for operations in flight, then zeroes every key and
-    /// forgets the plaintext names it kept for damage reports.
-    public func lock() {
+    /// forgets the plaintext names it kept for damage reports. Returns those entries
+    /// (parent, name), taken at the last moment, for the kernel's entry cache to drop.
+    @discardableResult
+    public func lock() -> [(parent: UInt64, name: [UInt8])] {
         gate.writing {
             keys?.set.wipe()
             keys = nil
+            let entries = nodes.allEntries()
             nodes.forgetNames()
+            return entries
         }
     }
 

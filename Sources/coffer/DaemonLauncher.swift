@@ -46,10 +46,11 @@ struct DaemonLauncher {
         // mapping's target (the status pipe's write end may be fd 4, which the secret pipe
         // is to become), and file actions run in order.
         let mappings = descriptors.sorted { $0.key < $1.key }
-        for (i, (_, source)) in mappings.enumerated() { posix_spawn_file_actions_adddup2(&actions, source, 100 + Int32(i)) }
+        let base = (Array(descriptors.keys) + Array(descriptors.values)).max().map { $0 + 1 } ?? 3
+        for (i, (_, source)) in mappings.enumerated() { posix_spawn_file_actions_adddup2(&actions, source, base + Int32(i)) }
         for (i, (target, _)) in mappings.enumerated() {
-            posix_spawn_file_actions_adddup2(&actions, 100 + Int32(i), target)
-            posix_spawn_file_actions_addclose(&actions, 100 + Int32(i))
+            posix_spawn_file_actions_adddup2(&actions, base + Int32(i), target)
+            posix_spawn_file_actions_addclose(&actions, base + Int32(i))
         }
 
         var attributes = posix_spawnattr_t()
@@ -86,7 +87,8 @@ struct DaemonLauncher {
     func waitForStatus() -> (Int32, String) {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
+        // Up to the first newline: a child of the daemon (fusermount3) may hold the pipe.
+        while !bytes.contains(0x0a) {
             let n = read(statusFD, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }

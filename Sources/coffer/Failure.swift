@@ -1,6 +1,7 @@
 // Failure turns every error a command can meet into one stderr line and an exit status.
 import ArgumentParser
 import CofferCrypto
+import CofferGate
 import CofferVault
 import Glibc
 
@@ -35,6 +36,8 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         return (.failure, error.description)
     case let error as Errno:
         return (.failure, error.description)
+    case let error as SocketPath.Failure:
+        return (.socketUnavailable, error.description)
     default:
         return (.failure, "\(error)")
     }
@@ -42,6 +45,8 @@ func classify(_ error: Error) -> (ExitStatus, String) {
 
 /// Runs a command body; any error becomes one line on stderr and its exit status.
 func runReportingFailures(_ body: () throws -> Void) throws {
+    // A peer that goes away must give EPIPE, not kill the process.
+    signal(SIGPIPE, SIG_IGN)
     do {
         try body()
     } catch let exit as ExitCode {

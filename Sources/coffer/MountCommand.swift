@@ -73,6 +73,7 @@ struct MountCommand: ParsableCommand {
     }
 
     func run() throws {
+        signal(SIGPIPE, SIG_IGN)
         if foreground {
             let status = StatusReport(fd: statusFD)
             do {
@@ -126,11 +127,21 @@ struct MountCommand: ParsableCommand {
     private func serve(status: StatusReport) throws {
         ProcessHardening.disableCoreDumps()
         ProcessHardening.raiseDescriptorLimit()
+        // The launcher's pipes must not reach the processes libfuse starts (fusermount3).
+        for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         let vault = try Vault.open(at: cipherdir)
         let target = try MountPoint.checkUsable(mountpoint)
-        let passphrase = try passphraseFD.map { try PassphraseReader.readLine($0, what: "passphrase") }
-            ?? passfile.map { try PassphraseReader.fromFile($0) }
+        let socketPath: String
+        do {
+            socketPath = try socket ?? SocketPath.forMountpoint(target)
+        } catch {
+            throw CommandFailure(status: .socketUnavailable, message: "control socket: \(error)")
+        }
+        let passphrase = try passphraseFD.map { fd in
+            defer { close(fd) }
+            return try PassphraseReader.readLine(fd, what: "passphrase")
+        } ?? passfile.map { try PassphraseReader.fromFile($0) }
             ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
@@ -142,7 +153,6 @@ struct MountCommand: ParsableCommand {
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 
-        let socketPath = try socket ?? SocketPath.forMountpoint(target)
         let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, log: { log.write($0) })
         gate.socketPath = socketPath
         do {

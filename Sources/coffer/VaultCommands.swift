@@ -119,12 +119,18 @@ struct WipeCommand: ParsableCommand {
             try vault.wipe()
             // Lock every live mount of this vault; with its config gone it cannot unlock again.
             let source = MountPoint.canonical(vault.path) ?? vault.path
+            var unlocked: [String] = []
             for mount in MountPoint.mounts() where mount.type == "fuse.coffer" && mount.source == source {
-                if let socket = try? SocketPath.forMountpoint(mount.path) {
-                    _ = try? ControlClient.send(ControlRequest(op: .lock), to: socket)
-                }
+                let locked = (try? SocketPath.forMountpoint(mount.path)).flatMap {
+                    try? ControlClient.send(ControlRequest(op: .lock), to: $0)
+                }?.ok ?? false
+                if !locked { unlocked.append(mount.path) }
             }
             print("Wiped \(vault.path): its key slots are destroyed.")
+            if !unlocked.isEmpty {
+                throw CommandFailure(status: .socketUnavailable,
+                                     message: "could not lock the running mount(s) \(unlocked.joined(separator: ", ")) (started with --socket?): run `coffer lock --socket PATH` or unmount")
+            }
         }
     }
 }
