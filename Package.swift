@@ -32,6 +32,8 @@ let package = Package(
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
         .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto"]),
+        .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault"]),
+        .testTarget(name: "CofferGateTests", dependencies: ["CofferGate"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
     ],
