@@ -74,9 +74,6 @@ public final class FuseSession {
         return status
     }
 
-    /// Ends the loop from another thread (e.g. the control socket's unmount).
-    public func exit() { fuse_session_exit(session) }
-
     /// Tells the kernel to drop its cached pages and attributes of `node`.
     @discardableResult
     public func invalidate(node: UInt64) -> Int32 {

@@ -193,11 +193,8 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Node IDs the kernel holds, for cache invalidation.
     public func knownNodes() -> [UInt64] { nodes.allIDs() }
 
-    /// (parent node, plaintext name) of every entry the kernel may have cached, for
-    /// entry invalidation at lock time. Only known while unlocked.
-    public func knownEntries() -> [(parent: UInt64, name: [UInt8])] { nodes.allEntries() }
 
-    /// Number of nodes in the table besides the root (for tests of forget).
+    /// Number of nodes in the table besides the root.
     public var nodeCount: Int { nodes.count }
 
     // MARK: Damage
