@@ -6,17 +6,26 @@ import CofferVault
 import Foundation
 import Glibc
 
-/// Unwraps the master key with --recovery-key-file, --passfile, or a prompt.
-func unlockOffline(_ vault: Vault, passfile: String?, recoveryKeyFile: String?, prompt: String) throws -> MasterKey {
-    if let recoveryKeyFile {
-        let text = try PassphraseReader.fromFile(recoveryKeyFile, what: "recovery key")
-        defer { text.wipe() }
-        return try vault.unlock(recoveryKey: try RecoveryKey.parse(text))
+/// How an offline command (passwd, fsck) proves it may open the vault.
+struct OfflineUnlock: ParsableArguments {
+    @Option(name: .long, help: "Read the (current) passphrase from the first line of this file.")
+    var passfile: String?
+
+    @Option(name: .long, help: "Use the recovery key in this file instead of the passphrase (forgotten passphrase).")
+    var recoveryKeyFile: String?
+
+    /// Unwraps the master key with the recovery key (if given), the passfile, or a prompt.
+    func masterKey(of vault: Vault, prompt: String) throws -> MasterKey {
+        if let recoveryKeyFile {
+            let text = try PassphraseReader.fromFile(recoveryKeyFile, what: "recovery key")
+            defer { text.wipe() }
+            return try vault.unlock(recoveryKey: try RecoveryKey.parse(text))
+        }
+        let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
+            ?? PassphraseReader.interactive(prompt: prompt, confirm: false)
+        defer { passphrase.wipe() }
+        return try vault.unlock(passphrase: passphrase)
     }
-    let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
-        ?? PassphraseReader.interactive(prompt: prompt, confirm: false)
-    defer { passphrase.wipe() }
-    return try vault.unlock(passphrase: passphrase)
 }
 
 struct PasswdCommand: ParsableCommand {
@@ -30,11 +39,7 @@ struct PasswdCommand: ParsableCommand {
             lines of standard input.
             """)
 
-    @Option(name: .long, help: "Read the current passphrase from this file.")
-    var passfile: String?
-
-    @Option(name: .long, help: "Prove ownership with the recovery key in this file instead (forgotten passphrase).")
-    var recoveryKeyFile: String?
+    @OptionGroup var secret: OfflineUnlock
 
     @Option(name: .long, help: "Read the new passphrase from this file.")
     var newPassfile: String?
@@ -45,7 +50,7 @@ struct PasswdCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
-            let master = try unlockOffline(vault, passfile: passfile, recoveryKeyFile: recoveryKeyFile, prompt: "Current passphrase: ")
+            let master = try secret.masterKey(of: vault, prompt: "Current passphrase: ")
             defer { master.wipe() }
             let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
@@ -62,11 +67,7 @@ struct FsckCommand: ParsableCommand {
         abstract: "Verify every name, block, symlink and xattr of a vault (read-only).",
         discussion: "Each problem is printed as the plaintext path (or the encrypted name, when the name itself is damaged), what is wrong, and the block index. Exit status 40 if anything is damaged.")
 
-    @Option(name: .long, help: "Read the passphrase from this file.")
-    var passfile: String?
-
-    @Option(name: .long, help: "Use the recovery key in this file instead of the passphrase.")
-    var recoveryKeyFile: String?
+    @OptionGroup var secret: OfflineUnlock
 
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
@@ -74,7 +75,7 @@ struct FsckCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
-            let master = try unlockOffline(vault, passfile: passfile, recoveryKeyFile: recoveryKeyFile, prompt: "Passphrase: ")
+            let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
             let onTerminal = isatty(2) == 1
             let checker = VaultChecker(vault: vault, master: master, report: { problem in
                 if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
