@@ -53,6 +53,8 @@ enum FuseOperations {
                 if toSet & FUSE_SET_ATTR_UID != 0 { changes.uid = st.st_uid }
                 if toSet & FUSE_SET_ATTR_GID != 0 { changes.gid = st.st_gid }
                 if toSet & FUSE_SET_ATTR_SIZE != 0 { changes.size = Int64(st.st_size) }
+                // FATTR_KILL_SUIDGID, which shares this bit; sent once HANDLE_KILLPRIV_V2 is on.
+                if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { changes.dropSetIDFor = caller(req) }
                 if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
                     changes.accessTime = timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
                 } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
@@ -110,7 +112,7 @@ enum FuseOperations {
         }
         ops.open = { req, ino, fi in
             replying(req) {
-                fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags)
+                fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags, caller: caller(req))
                 // Writes go straight to the backing file: close needs no FLUSH round trip.
                 fi!.pointee.noflush = 1
                 if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
@@ -139,7 +141,8 @@ enum FuseOperations {
         }
         ops.write = { req, _, data, size, offset, fi in
             replying(req) {
-                let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset))
+                let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
+                                          caller: caller(req))
                 fuse_reply_write(req, n)
             }
         }

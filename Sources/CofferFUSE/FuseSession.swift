@@ -40,6 +40,7 @@ public final class FuseSession {
                                     Unmanaged.passUnretained(fs).toOpaque())
         }
         guard session != nil else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
+        fs.onAttributesChanged = { [weak self] node in self?.invalidateAttributes(node: node) }
     }
 
     deinit {
@@ -58,6 +59,8 @@ public final class FuseSession {
             throw Errno(EIO, "mount")
         }
         mounted = true
+        // Not fatal if refused: the kernel then keeps asking before writes and chowns.
+        _ = KillPrivNegotiation.install(on: session!, fd: fuse_session_fd(session))
     }
 
     /// Serves requests on up to `threads` threads until the mount goes away or a
@@ -72,6 +75,12 @@ public final class FuseSession {
             mounted = false
         }
         return status
+    }
+
+    /// Tells the kernel to drop its cached attributes of `node`, keeping its pages. Safe
+    /// from a request handler of the same node (no page lock is taken).
+    func invalidateAttributes(node: UInt64) {
+        fuse_lowlevel_notify_inval_inode(session, node, -1, 0)
     }
 
     /// Tells the kernel to drop its cached pages and attributes of `node`.

@@ -50,18 +50,32 @@ extension Sys {
 
     /// getxattr(2) on `path`: the whole value.
     public static func getXattr(_ path: String, _ name: String) throws -> [UInt8] {
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        let n = try retryOnInterrupt("getxattr") {
-            buffer.withUnsafeMutableBytes { LinuxCalls.getxattr(path, name, $0.baseAddress, $0.count) }
-        }
-        return Array(buffer.prefix(n))
+        try readingSized("getxattr") { LinuxCalls.getxattr(path, name, $0.baseAddress, $0.count) }
     }
 
     /// listxattr(2) on `path`: the names.
     public static func listXattrs(_ path: String) throws -> [String] {
-        var buffer = [CChar](repeating: 0, count: 65536)
-        let n = try retryOnInterrupt("listxattr") { LinuxCalls.listxattr(path, &buffer, buffer.count) }
-        return buffer.prefix(n).split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
+        let list = try readingSized("listxattr") {
+            LinuxCalls.listxattr(path, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+        }
+        return list.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Calls `body` with a small uninitialized buffer, and with one of the largest size
+    /// the kernel allows for xattrs (64 KiB) only when it answers ERANGE. Most answers
+    /// are ENODATA or a few dozen bytes: a zeroed 64 KiB buffer per call used to cost
+    /// more than the call itself (memset and page faults on every `ls -l`'s getxattr).
+    private static func readingSized(_ call: String, _ body: (UnsafeMutableRawBufferPointer) -> Int) throws -> [UInt8] {
+        for capacity in [4096, 65536] {
+            do {
+                return try [UInt8](unsafeUninitializedCapacity: capacity) { buffer, count in
+                    count = try retryOnInterrupt(call) { body(UnsafeMutableRawBufferPointer(buffer)) }
+                }
+            } catch let error as Errno where error.code == ERANGE && capacity < 65536 {
+                continue
+            }
+        }
+        throw Errno(ERANGE, call)
     }
 
     /// removexattr(2) on `path`.

@@ -218,10 +218,11 @@ extension PlainFileSystem {
                     }
                 }
             }
+            if let caller = changes.dropSetIDFor { _ = try dropSetID(node, fd: nil, caller: caller) }
             if changes.accessTime != nil || changes.modificationTime != nil {
                 let omit = timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
                 let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
-                try retryOnInterrupt("utimensat") { utimensat(AT_FDCWD, node.procPath, times, 0) }
+                try retryOnInterrupt("utimensat") { utimensat(node.fd, "", times, AT_EMPTY_PATH) }
             }
             return plain(try Sys.stat(node.fd))
         }
@@ -237,5 +238,8 @@ public struct AttributeChanges {
     /// tv_nsec may be UTIME_NOW.
     public var accessTime: timespec?
     public var modificationTime: timespec?
+    /// Clear setuid/setgid as a chown or truncate by this caller does (the kernel's
+    /// FATTR_KILL_SUIDGID).
+    public var dropSetIDFor: PlainFileSystem.Caller?
     public init() {}
 }

@@ -44,12 +44,17 @@ extension PlainFileSystem {
         return file.handle
     }
 
-    public func open(_ id: UInt64, flags: Int32) throws -> UInt64 {
+    public func open(_ id: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
         try withKeys { keys in
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
-            return try openHandle(node, fd: fd, writable: writable, truncate: flags & O_TRUNC != 0, keys: keys)
+            let truncate = flags & O_TRUNC != 0
+            let handle = try openHandle(node, fd: fd, writable: writable, truncate: truncate, keys: keys)
+            if truncate && writable && !caller.keepsSetID, try dropSetID(node, fd: fd, caller: caller) {
+                onAttributesChanged(id)
+            }
+            return handle
         }
     }
 
@@ -100,7 +105,7 @@ extension PlainFileSystem {
         }
     }
 
-    public func write(_ handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+    public func write(_ handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64, caller: Caller) throws -> Int {
         try withKeys { keys in
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "write") }
@@ -109,8 +114,31 @@ extension PlainFileSystem {
                     try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).write(data, at: offset)
                 }
             }
+            if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { onAttributesChanged(nodes.id(of: file.node)) }
             return data.count
         }
+    }
+
+    /// Clears setuid, and setgid where it grants something, as the kernel does after a
+    /// write, truncate or chown by a caller without CAP_FSETID: setgid goes if the group
+    /// may execute, or if the caller is not in the file's group (the daemon sees only
+    /// the caller's primary group). Once KillPrivNegotiation has asked for
+    /// FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to the file system; without it,
+    /// doing it here as well changes nothing. `fd`: an open descriptor of the backing
+    /// file, if there is one. True if the mode changed.
+    func dropSetID(_ node: Node, fd: Int32?, caller: Caller) throws -> Bool {
+        guard node.isRegular else { return false }
+        let st = try Sys.stat(fd ?? node.fd)
+        let mode = st.st_mode & 0o7777
+        var kept = mode & ~S_ISUID
+        if mode & S_IXGRP != 0 || (!caller.keepsSetID && caller.gid != st.st_gid) { kept &= ~S_ISGID }
+        guard kept != mode else { return false }
+        if let fd {
+            try retryOnInterrupt("fchmod") { fchmod(fd, kept) }
+        } else {
+            try retryOnInterrupt("chmod") { chmod(node.procPath, kept) }
+        }
+        return true
     }
 
     /// fsync(2)/fdatasync(2) of the backing file; works on a file already unlinked.

@@ -10,12 +10,19 @@ extension PlainFileSystem {
     /// "security.capability" (file capabilities) is refused too: a FUSE mount is nosuid,
     /// so the kernel ignores it anyway, and the kernel asks for it before every write —
     /// knowing it is never stored lets that question be answered without any work.
+    /// "security.selinux" is refused as well: with SELinux active the kernel labels FUSE
+    /// files itself and never passes the label through; without it, a stored label means
+    /// nothing. Saying "not supported" (rather than "no such attribute") lets tools
+    /// remember it for the whole mount: `ls -l` then asks once, not once per file.
     private func refuseUnsupported(_ name: [UInt8]) throws {
-        if name.starts(with: Self.systemPrefix) || name == Self.fileCapabilities { throw Errno(EOPNOTSUPP, "xattr") }
+        if name.starts(with: Self.systemPrefix) || name == Self.fileCapabilities || name == Self.selinuxLabel {
+            throw Errno(EOPNOTSUPP, "xattr")
+        }
     }
 
     private static let systemPrefix = Array("system.".utf8)
     private static let fileCapabilities = Array("security.capability".utf8)
+    private static let selinuxLabel = Array("security.selinux".utf8)
 
     public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32) throws {
         try refuseUnsupported(name)

@@ -21,6 +21,11 @@ public final class PlainFileSystem: @unchecked Sendable {
         public var uid: uid_t
         public var gid: gid_t
         public init(uid: uid_t, gid: gid_t) { self.uid = uid; self.gid = gid }
+
+        /// Whether the kernel would let this caller keep setuid/setgid bits through a
+        /// write or truncate (CAP_FSETID). The daemon sees only IDs: root counts as
+        /// privileged, everyone else as not.
+        var keepsSetID: Bool { uid == 0 }
     }
 
     /// A node handed to the kernel, with its plaintext attributes.
@@ -52,6 +57,9 @@ public final class PlainFileSystem: @unchecked Sendable {
     private var keys: Keys?
     /// Where damage reports and other log lines go (stderr in the daemon).
     public var log: @Sendable (String) -> Void = { _ in }
+    /// Called when a node's attributes changed in a way the reply to the request does
+    /// not show (setuid dropped by a write): the kernel must fetch them again.
+    public var onAttributesChanged: @Sendable (UInt64) -> Void = { _ in }
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 

@@ -172,6 +172,11 @@ final class MountSemanticsTests: EndToEndCase {
             getfattr -d f | grep -q 'user.one="1"' && test "$(getfattr --only-values -n user.two f | wc -c)" = 3000
             setfattr -x user.one f && ! getfattr -n user.one f 2>/dev/null
             test "$(getfattr -d f | grep -c user)" = 1
+            python3 -c "import os, errno, sys
+            try: os.getxattr('f', 'security.selinux')
+            except OSError as e: sys.exit(e.errno != errno.EOPNOTSUPP)
+            sys.exit(1)"
+            ! setfattr -n security.selinux -v x f 2>/dev/null
             touch -d '2010-01-01 00:00:00' f && test "$(stat -c %Y f)" = 1262304000
             touch -a -d '2011-01-01 00:00:00' f && test "$(stat -c %Y f)" = 1262304000
             touch -m f && test "$(stat -c %Y f)" -gt 1262304000
@@ -185,6 +190,33 @@ final class MountSemanticsTests: EndToEndCase {
             df -P . | tail -1 | awk '{ exit !($2 > 0) }'
             test "$(stat -f -c %l .)" = 255
             """), "special files, xattrs, times, flags")
+    }
+
+    /// Writes, truncates and chowns clear setuid/setgid as on a local file system: the
+    /// mount asks the kernel to leave that to coffer (HANDLE_KILLPRIV_V2), so the same
+    /// steps must give the same modes in the mount and in a plain directory.
+    func testSetIDBitsAreClearedAsOnALocalFileSystem() {
+        let vault = mountedVault("vault", ["--allow-other"])
+        let plain = scratch.mkdir("plain")
+        assertOK(Harness.sh("chmod 755 \(scratch.path) \(plain)"), "let nobody in")
+        let steps = """
+            as_nobody() { runuser -u nobody -- "$@"; }
+            fresh() { rm -f f; printf x > f; chmod "$1" f; }
+            fresh 6777; as_nobody sh -c 'printf y >> f'; echo "nobody write: $(stat -c %a f)"
+            fresh 6777; printf y >> f; echo "root write: $(stat -c %a f)"
+            fresh 6767; as_nobody sh -c 'printf y >> f'; echo "nobody write, setgid without g+x: $(stat -c %a f)"
+            fresh 6777; as_nobody truncate -s 0 f; echo "nobody truncate: $(stat -c %a f)"
+            fresh 6777; as_nobody sh -c ': > f'; echo "nobody O_TRUNC: $(stat -c %a f)"
+            fresh 6777; chown nobody f; echo "root chown: $(stat -c %a f)"
+            fresh 6777; chmod 6777 f; echo "chmod keeps: $(stat -c %a f)"
+            """
+        let mounted = vault.sh(steps)
+        let local = Harness.sh("cd \(plain) && " + steps)
+        assertOK(local, "steps in a plain directory")
+        assertOK(mounted, "steps in the mount")
+        XCTAssertTrue(local.stdout.contains("nobody write: 777"), "the reference is the kernel's own rule:\n\(local.stdout)")
+        XCTAssertTrue(local.stdout.contains("root write: 6777"), local.stdout)
+        XCTAssertEqual(mounted.stdout, local.stdout)
     }
 
     /// Each node holds one O_PATH descriptor; once the kernel forgets the inodes (cache
