@@ -67,9 +67,10 @@ public struct ContentCipher: Sendable {
         }
     }
 
-    /// Runs of at least this many blocks are split across the CPU cores (256 KiB:
-    /// below that, handing work to another thread costs more than it saves).
-    public static let parallelThreshold = 64
+    /// Runs of at least this many blocks are split across the CPU cores: 128 KiB, the
+    /// size of the kernel's readahead requests. Below that, handing work to another
+    /// thread costs more than it saves.
+    public static let parallelThreshold = 32
 
     /// Like `seal`, with long runs split across the CPU cores.
     public func sealInParallel(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,

@@ -115,6 +115,10 @@ enum FuseOperations {
                 fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags, caller: caller(req))
                 // Writes go straight to the backing file: close needs no FLUSH round trip.
                 fi!.pointee.noflush = 1
+                // Every change comes through this mount and keeps the kernel's pages
+                // current, so pages cached by an earlier open are still right (a lock
+                // drops them all).
+                fi!.pointee.keep_cache = 1
                 if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
             }
         }
@@ -227,9 +231,11 @@ enum FuseOperations {
 }
 
 /// How long the kernel may cache entries and attributes, in seconds. Every change
-/// comes through this mount, so caching is safe as long as nobody edits CIPHERDIR.
-let entryTimeout = 1.0
-private let attributeTimeout = 1.0
+/// comes through this mount, and the kernel drops or updates what a change makes
+/// stale; a lock and node-table pressure invalidate explicitly. So only an edit of
+/// CIPHERDIR behind the mount's back (unsupported) could show late, by up to this.
+let entryTimeout = 60.0
+private let attributeTimeout = 60.0
 
 private func fs(_ req: fuse_req_t?) -> PlainFileSystem {
     Unmanaged<PlainFileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
