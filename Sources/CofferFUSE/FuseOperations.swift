@@ -17,7 +17,8 @@ enum FuseOperations {
             conn.pointee.max_readahead = 1 << 20
             conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
             if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
-                conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO)
+                conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+                conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
             }
         }
         ops.lookup = { req, parent, name in
