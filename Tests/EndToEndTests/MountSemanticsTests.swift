@@ -219,6 +219,58 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertEqual(mounted.stdout, local.stdout)
     }
 
+    /// What the kernel has to ask the daemon, read from libfuse's debug log: a second
+    /// write to a file asks nothing but the WRITE (HANDLE_KILLPRIV_V2 was negotiated),
+    /// a chown needs no GETATTR first, and a file read again after a reopen comes from
+    /// the kept page cache.
+    func testTheKernelAsksOnlyWhatItMust() {
+        let vault = MountedVault(scratch: scratch)
+        let script = """
+            import os, subprocess, sys, time
+            coffer, cipher, plain, passfile, log = sys.argv[1:6]
+            with open(log, "wb") as out:
+                daemon = subprocess.Popen([coffer, "mount", "--foreground", "-o", "debug", "--passfile", passfile, cipher, plain],
+                                          stderr=out, stdout=subprocess.DEVNULL)
+            deadline = time.time() + 30
+            while not os.path.ismount(plain) and time.time() < deadline: time.sleep(0.05)
+            def asked(step):
+                start = os.path.getsize(log)
+                step()
+                time.sleep(0.2)
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
+                return lambda op: text.count(f"opcode: {op} ")
+            f = os.path.join(plain, "f")
+            def two_writes():
+                fd = os.open(f, os.O_CREAT | os.O_WRONLY, 0o644)
+                os.write(fd, b"a" * 4096); os.write(fd, b"b" * 4096); os.close(fd)
+            n = asked(two_writes)
+            print("writes", n("WRITE"), "getxattr", n("GETXATTR"))
+            n = asked(lambda: os.chown(f, 0, 0))
+            print("chown getattr", n("GETATTR"), "setattr", n("SETATTR"))
+            def read_after_drop():
+                fd = os.open(f, os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.read(fd, 20000); os.close(fd)
+            n = asked(read_after_drop)
+            print("first read", n("READ"))
+            def reread():
+                fd = os.open(f, os.O_RDONLY); os.read(fd, 20000); os.close(fd)
+            n = asked(reread)
+            print("reread", n("READ"))
+            subprocess.run(["fusermount3", "-u", plain], check=True)
+            daemon.wait(timeout=30)
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.cipherdir, vault.mountpoint, vault.passfile,
+                             scratch.path + "/debug.log"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stdout.contains("writes 2 getxattr 1\n"), "only the first write is checked:\n\(r.stdout)")
+        XCTAssertTrue(r.stdout.contains("chown getattr 0 setattr 1\n"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("first read 1\n"), "the control: pages dropped, so READ:\n\(r.stdout)")
+        XCTAssertTrue(r.stdout.contains("reread 0\n"), "pages kept across opens:\n\(r.stdout)")
+    }
+
     /// Each node holds one O_PATH descriptor; once the kernel forgets the inodes (cache
     /// drop), the table must shrink again rather than grow without bound.
     func testForgottenNodesAreReleased() {
