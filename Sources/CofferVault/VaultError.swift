@@ -27,6 +27,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case wrongRecoveryKey
     /// The config has no key slot of this kind.
     case missingKeySlot(kind: String)
+    /// Another daemon serves this vault already (VaultClaim).
+    case alreadyMounted(path: String)
     /// `init` needs an empty directory.
     case directoryNotEmpty(path: String)
     /// A path that must be a directory is something else or missing.
@@ -55,6 +57,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notAVault(let path): return "\(path) is not a coffer vault (no \(VaultConfig.fileName))"
+        case .alreadyMounted(let path): return "\(path) is already mounted by another coffer daemon (one vault, one mount)"
         case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"
         case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows version \(VaultConfig.currentFormat))"

@@ -58,6 +58,8 @@ public enum ExitStatus: Int32, CaseIterable {
     case vaultWiped = 27
     /// The daemon refused the request (not the mount's owner, malformed request).
     case requestRefused = 28
+    /// Another coffer daemon serves this CIPHERDIR already.
+    case alreadyMounted = 29
     /// fsck found damage.
     case damageFound = 40
     /// wipe was not confirmed.
@@ -94,6 +96,7 @@ public enum ExitStatus: Int32, CaseIterable {
         case .retryLater: return "unlock: too many wrong secrets; try again after the delay given"
         case .vaultWiped: return "unlock: the vault was wiped"
         case .requestRefused: return "the daemon refused the request (not the mount's owner?)"
+        case .alreadyMounted: return "mount: CIPHERDIR is already mounted by another coffer daemon"
         case .damageFound: return "fsck: damage found (each problem is listed)"
         case .notConfirmed: return "wipe: not confirmed"
         }

@@ -19,6 +19,7 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         let status: ExitStatus
         switch error {
         case .notAVault: status = .notAVault
+        case .alreadyMounted: status = .alreadyMounted
         case .notADirectory: status = .notADirectory
         case .directoryNotEmpty: status = .notEmpty
         case .configMalformed, .configDamaged, .missingKeySlot: status = .configDamaged

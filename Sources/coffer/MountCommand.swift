@@ -131,6 +131,8 @@ struct MountCommand: ParsableCommand {
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         let vault = try Vault.open(at: cipherdir)
+        let claim = try VaultClaim(vault)
+        defer { withExtendedLifetime(claim) {} }
         let target = try MountPoint.checkUsable(mountpoint)
         let socketPath: String
         do {
