@@ -1,10 +1,15 @@
 // ContentFile reads and writes plaintext at any offset of one encrypted backing file:
-// block read-modify-write, holes, truncation up and down.
+// block read-modify-write, holes, truncation up and down, and putting back blocks that
+// a crash tore (from the undo journal).
 //
 // Thread safety: writes are read-modify-write of whole blocks and the file ID is cached
 // in a FileIDCache shared by every ContentFile of the same backing inode, so callers
 // serialise writes and truncates against everything else on that inode (PlainFileSystem
 // holds a per-node reader-writer lock); concurrent reads are safe.
+//
+// Crash safety: a rewrite of a block that keeps some of its old bytes records the old
+// slot in the undo journal first (durably if the block may hold fsynced bytes); a write
+// or truncate that fails (ENOSPC) puts back the slots it overwrote and the old size.
 import CofferCrypto
 import Glibc
 
@@ -20,16 +25,33 @@ public final class FileIDCache: @unchecked Sendable {
     }
 }
 
+/// What makes in-place rewrites of one inode crash-safe: the vault's undo journal, the
+/// blocks written since the inode's last fsync, and whether the descriptor's writes
+/// reach the disk before they return (O_SYNC, O_DSYNC).
+public struct RewriteSafety {
+    public let journal: UndoJournal
+    public let volatile: VolatileBlocks
+    public let synchronous: Bool
+
+    public init(journal: UndoJournal, volatile: VolatileBlocks, synchronous: Bool = false) {
+        self.journal = journal
+        self.volatile = volatile
+        self.synchronous = synchronous
+    }
+}
+
 public struct ContentFile {
     /// The backing file, opened for reading (and writing, for writes).
     public let fd: Int32
     private let cipher: ContentCipher
     private let ids: FileIDCache
+    private let safety: RewriteSafety?
 
-    public init(fd: Int32, cipher: ContentCipher, ids: FileIDCache = FileIDCache()) {
+    public init(fd: Int32, cipher: ContentCipher, ids: FileIDCache = FileIDCache(), safety: RewriteSafety? = nil) {
         self.fd = fd
         self.cipher = cipher
         self.ids = ids
+        self.safety = safety
     }
 
     /// The plaintext size, from the backing file's size.
@@ -111,26 +133,61 @@ public struct ContentFile {
         }
     }
 
-    /// Reads and opens the blocks from `first` holding `plainLength` plaintext bytes.
-    private func readBlocks(_ first: Int64, plainLength: Int, fileID id: FileID,
-                            into plain: UnsafeMutableRawBufferPointer) throws {
-        let cipherLength = ContentCipher.cipherLength(plainLength: plainLength)
-        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: cipherLength, alignment: 16)
-        defer { scratch.deallocate() }
-        let n = try Sys.readFully(fd, into: scratch, at: BlockLayout.cipherOffset(block: first))
-        guard n == cipherLength else {
-            throw VaultError.fileTruncated(cipherSize: BlockLayout.cipherOffset(block: first) + Int64(n))
-        }
-        try open(UnsafeRawBufferPointer(scratch), first: first, fileID: id, into: plain)
+    /// The stored slot of one block: nonce ‖ ciphertext ‖ tag (all zeros for a hole).
+    private struct Slot {
+        let index: Int64
+        /// Plaintext bytes the block holds.
+        let length: Int
+        let bytes: [UInt8]
+    }
+
+    /// Reads the slot of block `index` in a file of `plainSize` bytes and, with `plain`,
+    /// opens it there.
+    private func readSlot(_ index: Int64, plainSize: Int64, fileID id: FileID,
+                          into plain: UnsafeMutableRawBufferPointer? = nil) throws -> Slot {
+        let length = BlockLayout.blockLength(index, plainSize: plainSize)
+        var bytes = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: length))
+        let at = BlockLayout.cipherOffset(block: index)
+        let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
+        guard n == bytes.count else { throw VaultError.fileTruncated(cipherSize: at + Int64(n)) }
+        if let plain { try bytes.withUnsafeBytes { try open($0, first: index, fileID: id, into: plain) } }
+        return Slot(index: index, length: length, bytes: bytes)
     }
 
     // MARK: Writing
 
+    /// How to put a file back as it was before a write or truncate that failed: the old
+    /// slots it overwrote (restored last to first), then the old ciphertext size.
+    private struct Undo {
+        let cipherSize: Int64
+        var slots: [(offset: Int64, bytes: [UInt8])] = []
+    }
+
+    private func restore(_ undo: Undo) {
+        for slot in undo.slots.reversed() {
+            try? slot.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: slot.offset) }
+        }
+        try? Sys.truncate(fd, to: undo.cipherSize)
+        if undo.cipherSize == 0 { ids.fileID = nil }
+    }
+
     /// Writes `data` at plaintext `offset`, extending the file (with holes) if needed.
+    /// If it fails (ENOSPC), the file is as it was.
     public func write(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
         guard data.count > 0 else { return }
         try BlockLayout.checkSize(offset + Int64(data.count))
         let (cipherSize, oldSize) = try sizes()
+        var undo = Undo(cipherSize: cipherSize)
+        do {
+            try write(data, at: offset, cipherSize: cipherSize, plainSize: oldSize, undo: &undo)
+        } catch {
+            restore(undo)
+            throw error
+        }
+    }
+
+    private func write(_ data: UnsafeRawBufferPointer, at offset: Int64, cipherSize: Int64, plainSize oldSize: Int64,
+                       undo: inout Undo) throws {
         let end = offset + Int64(data.count)
         let first = BlockLayout.blockIndex(plainOffset: offset)
         // An empty file gets its header with the first write; when that write starts at
@@ -154,52 +211,45 @@ public struct ContentFile {
         let regionStart = first * BlockLayout.plainBlockSize
         let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
 
-        // Rewriting the old partial last block while extending the file: reserve the
-        // space first, so that ENOSPC cannot strike after that block was overwritten.
-        let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
-        if oldSize % BlockLayout.plainBlockSize != 0 && oldLast <= last && end > oldSize {
-            let start = BlockLayout.cipherOffset(block: oldLast)
-            let length = BlockLayout.cipherSize(plainSize: max(end, (oldLast + 1) * BlockLayout.plainBlockSize)) - start
-            do {
-                try Sys.fallocate(fd, mode: FALLOC_FL_KEEP_SIZE, offset: start, length: length)
-            } catch let error as Errno where error.code == EOPNOTSUPP {
-                // The backing file system cannot reserve space; write without the guarantee.
-            }
-        }
         // An old partial last block before the written region becomes a full block.
+        var size = oldSize
+        let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
         if oldSize % BlockLayout.plainBlockSize != 0 && oldLast < first {
-            try resizeBlock(oldLast, from: BlockLayout.blockLength(oldLast, plainSize: oldSize),
-                            to: Int(BlockLayout.plainBlockSize), fileID: id)
+            try resize(oldLast, plainSize: oldSize, to: Int(BlockLayout.plainBlockSize), fileID: id, undo: &undo)
+            size = (oldLast + 1) * BlockLayout.plainBlockSize
         }
 
         if offset == regionStart && end == regionEnd {
             // Whole blocks (or a new tail): seal straight from the caller's buffer.
-            return try sealAndWrite(data, firstBlock: first, fileID: id, header: pendingHeader)
+            return try commit(data, firstBlock: first, fileID: id, header: pendingHeader, plainSize: size, kept: [], undo: &undo)
         }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
         defer { plain.deallocate() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
-        var headRead = false
-        if offset > regionStart && regionStart < oldSize {
-            let length = BlockLayout.blockLength(first, plainSize: oldSize)
-            try readBlocks(first, plainLength: length, fileID: id,
-                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length]))
-            headRead = true
+        // Old slots whose bytes the write keeps in part.
+        var kept: [Slot] = []
+        if offset > regionStart && regionStart < size {
+            let length = BlockLayout.blockLength(first, plainSize: size)
+            kept.append(try readSlot(first, plainSize: size, fileID: id,
+                                     into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length])))
         }
-        if end < regionEnd && !(headRead && first == last) {
-            let length = BlockLayout.blockLength(last, plainSize: oldSize)
+        if end < regionEnd && !(first == last && !kept.isEmpty) {
+            let length = BlockLayout.blockLength(last, plainSize: size)
             let at = Int((last - first) * BlockLayout.plainBlockSize)
-            try readBlocks(last, plainLength: length, fileID: id,
-                           into: UnsafeMutableRawBufferPointer(rebasing: plain[at..<at + length]))
+            kept.append(try readSlot(last, plainSize: size, fileID: id,
+                                     into: UnsafeMutableRawBufferPointer(rebasing: plain[at..<at + length])))
         }
         (plain.baseAddress! + Int(offset - regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
-        try sealAndWrite(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id, header: pendingHeader)
+        try commit(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id, header: pendingHeader, plainSize: size,
+                   kept: kept, undo: &undo)
     }
 
-    /// Seals `plain` as the blocks from `firstBlock` and writes them in one pwrite, after
-    /// `header` if one is given (then `firstBlock` is 0).
-    private func sealAndWrite(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID,
-                              header: FileHeader? = nil) throws {
+    /// Seals `plain` as the blocks from `firstBlock` of a file now `plainSize` bytes long
+    /// and writes them in one pwrite, after `header` if one is given (then `firstBlock`
+    /// is 0). The old slots it keeps bytes of (`kept`), and those of blocks that have an
+    /// undo record, are recorded in the journal first; `undo` learns what to put back.
+    private func commit(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID, header: FileHeader?,
+                        plainSize: Int64, kept: [Slot], undo: inout Undo) throws {
         let prefix = header == nil ? 0 : FileHeader.size
         let sealed = UnsafeMutableRawBufferPointer.allocate(
             byteCount: prefix + ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
@@ -207,23 +257,66 @@ public struct ContentFile {
         if let header { header.bytes.withUnsafeBytes { sealed.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: prefix) } }
         cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
                               into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix...]))
-        try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix))
+        let start = BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix)
+        let lastBlock = firstBlock + Int64((plain.count - 1) / ContentCipher.blockSize)
+
+        // What a failure puts back: the slots recorded, and all that was overwritten
+        // when the write also grows the file.
+        var slots = kept
+        if let recordedBlocks = safety?.journal.recordedBlocks(id) {
+            for block in recordedBlocks.sorted() where (firstBlock...lastBlock).contains(block)
+                && block * BlockLayout.plainBlockSize < plainSize && !slots.contains(where: { $0.index == block }) {
+                slots.append(try readSlot(block, plainSize: plainSize, fileID: id))
+            }
+        }
+        let cipherSize = BlockLayout.cipherSize(plainSize: plainSize)
+        if start + Int64(sealed.count) > cipherSize && start < cipherSize
+            && !(slots.count == 1 && BlockLayout.cipherOffset(block: slots[0].index) == start
+                 && Int64(slots[0].bytes.count) == cipherSize - start) {
+            var old = [UInt8](repeating: 0, count: Int(cipherSize - start))
+            _ = try old.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: start) }
+            undo.slots.append((start, old))
+        }
+        undo.slots += slots.map { (BlockLayout.cipherOffset(block: $0.index), $0.bytes) }
+
+        let write = { try Sys.writeFully(self.fd, UnsafeRawBufferPointer(sealed), at: start) }
+        if let safety, !slots.isEmpty {
+            let records = slots.map { slot -> UndoJournal.Record in
+                let at = Int(BlockLayout.cipherOffset(block: slot.index) - start)
+                return UndoJournal.Record(fileID: id, block: slot.index, oldLength: slot.length,
+                                          newNonce: Array(sealed[at..<at + ContentCipher.nonceSize]), sealed: slot.bytes)
+            }
+            // A block not written since the last fsync may hold fsynced bytes: its
+            // record must be on the disk before the slot is touched.
+            let durable = slots.contains { !safety.volatile.contains($0.index) }
+            try safety.journal.rewriting {
+                try safety.journal.append(records, durable: durable)
+                try write()
+            }
+        } else {
+            try write()
+        }
+        if let safety {
+            if safety.synchronous { safety.volatile.remove(firstBlock...lastBlock) } else { safety.volatile.insert(firstBlock...lastBlock) }
+        }
     }
 
-    /// Re-seals block `index` with a new plaintext length (cut, or zero-extended).
-    private func resizeBlock(_ index: Int64, from oldLength: Int, to newLength: Int, fileID id: FileID) throws {
+    /// Re-seals block `index` of a file of `plainSize` bytes with a new plaintext length
+    /// (cut, or zero-extended).
+    private func resize(_ index: Int64, plainSize: Int64, to newLength: Int, fileID id: FileID, undo: inout Undo) throws {
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(BlockLayout.plainBlockSize), alignment: 16)
         defer { plain.deallocate() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
-        if oldLength > 0 {
-            try readBlocks(index, plainLength: oldLength, fileID: id,
-                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<oldLength]))
-        }
-        try sealAndWrite(UnsafeRawBufferPointer(rebasing: plain[0..<newLength]), firstBlock: index, fileID: id)
+        let oldLength = BlockLayout.blockLength(index, plainSize: plainSize)
+        let slot = try readSlot(index, plainSize: plainSize, fileID: id,
+                                into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<oldLength]))
+        try commit(UnsafeRawBufferPointer(rebasing: plain[0..<newLength]), firstBlock: index, fileID: id, header: nil,
+                   plainSize: plainSize, kept: [slot], undo: &undo)
     }
 
     /// Sets the plaintext size. Growing leaves holes (no encrypted zeros are written
     /// beyond the old last block); shrinking re-seals the new last block if it is partial.
+    /// If it fails (ENOSPC), the file is as it was.
     public func truncate(to newSize: Int64) throws {
         // Emptying needs no block, so it works on a damaged file too.
         if newSize == 0 {
@@ -232,30 +325,62 @@ public struct ContentFile {
             return
         }
         try BlockLayout.checkSize(newSize)
-        let oldSize = try plainSize()
+        let (cipherSize, oldSize) = try sizes()
         guard newSize != oldSize else { return }
-        let id = try fileID() ?? createHeader()
-        if newSize < oldSize {
-            let index = BlockLayout.blockIndex(plainOffset: newSize)
-            let keep = Int(newSize % BlockLayout.plainBlockSize)
-            if keep != 0 {
-                try resizeBlock(index, from: BlockLayout.blockLength(index, plainSize: oldSize), to: keep, fileID: id)
+        var undo = Undo(cipherSize: cipherSize)
+        do {
+            let id = try fileID() ?? createHeader()
+            if newSize < oldSize {
+                let index = BlockLayout.blockIndex(plainOffset: newSize)
+                let keep = Int(newSize % BlockLayout.plainBlockSize)
+                if keep != 0 { try resize(index, plainSize: oldSize, to: keep, fileID: id, undo: &undo) }
+            } else if oldSize % BlockLayout.plainBlockSize != 0 {
+                let index = BlockLayout.blockIndex(plainOffset: oldSize)
+                try resize(index, plainSize: oldSize, to: BlockLayout.blockLength(index, plainSize: newSize),
+                           fileID: id, undo: &undo)
             }
-        } else if oldSize % BlockLayout.plainBlockSize != 0 {
-            let index = BlockLayout.blockIndex(plainOffset: oldSize)
-            let oldLength = BlockLayout.blockLength(index, plainSize: oldSize)
-            let newLength = BlockLayout.blockLength(index, plainSize: newSize)
-            try resizeBlock(index, from: oldLength, to: newLength, fileID: id)
-            do {
-                try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
-            } catch {
-                // Too big for the backing file system: put the old last block back.
-                try? resizeBlock(index, from: newLength, to: oldLength, fileID: id)
-                try? Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: oldSize))
-                throw error
-            }
-            return
+            try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
+        } catch {
+            restore(undo)
+            throw error
         }
-        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
+    }
+
+    // MARK: After a crash
+
+    /// The blocks of this file that a crash tore and that the newest undo record of
+    /// each (`records`, by block) puts back; with `repair`, they are put back (and the
+    /// file's size set to what it was with that slot). A record is used only if the
+    /// block fails authentication while its slot starts with the record's old or new
+    /// nonce — the tear of that very rewrite — and the record's slot authenticates.
+    public func tornBlocks(_ records: [Int64: UndoJournal.Record], repair: Bool) throws -> [Int64] {
+        guard let id = try fileID() else { return [] }
+        var found: [Int64] = []
+        var probe = [UInt8](repeating: 0, count: 1)
+        for (block, record) in records.sorted(by: { $0.key < $1.key }) {
+            do {
+                _ = try probe.withUnsafeMutableBytes { try read(into: $0, at: block * BlockLayout.plainBlockSize) }
+                continue
+            } catch is VaultError {}
+            let at = BlockLayout.cipherOffset(block: block)
+            var nonce = [UInt8](repeating: 0, count: ContentCipher.nonceSize)
+            _ = try nonce.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
+            guard nonce == record.newNonce || nonce[...] == record.oldNonce else { continue }
+            var plain = [UInt8](repeating: 0, count: record.oldLength)
+            guard (try? record.sealed.withUnsafeBytes { sealed in
+                try plain.withUnsafeMutableBytes { try cipher.open(sealed, firstBlock: UInt64(block), fileID: id, into: $0) }
+            }) != nil else { continue }
+            for i in plain.indices { plain[i] = 0 }
+            found.append(block)
+            guard repair else { continue }
+            try record.sealed.withUnsafeBytes { try Sys.writeFully(fd, $0, at: at) }
+            let end = at + Int64(record.sealed.count)
+            let size = Int64(try Sys.stat(fd).st_size)
+            if record.oldLength < ContentCipher.blockSize || size < end {
+                try Sys.truncate(fd, to: end)
+            }
+            try retryOnInterrupt("fdatasync") { fdatasync(fd) }
+        }
+        return found
     }
 }

@@ -6,9 +6,11 @@ import Glibc
 public enum DirectoryIV {
     /// Name of the IV file in each backing directory.
     public static let fileName = "coffer.diriv"
+    /// Prefix of a backing directory on its way in (mkdir) or out (rmdir).
+    public static let temporaryPrefix = ".coffer.dir."
 
     /// Creates the IV file of a new, empty backing directory. With `durable: false` it is
-    /// not fsynced: the mount makes it durable later, when a file below is fsynced
+    /// not fsynced: the mount makes it durable later, before a file below is made durable
     /// (PlainFileSystem.makeAncestorsDurable), so that mkdir does not pay an fsync.
     @discardableResult
     public static func create(in dir: Int32, durable: Bool = true) throws -> [UInt8] {
@@ -19,7 +21,7 @@ public enum DirectoryIV {
 
     /// fsyncs the IV file of `dir`.
     public static func sync(in dir: Int32) throws {
-        let fd = try Sys.open(fileName, in: dir, flags: O_RDONLY | O_NOFOLLOW)
+        let fd = try Sys.open(fileName, in: dir, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
         defer { Sys.close(fd) }
         try Sys.fsync(fd)
     }

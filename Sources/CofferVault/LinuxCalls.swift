@@ -1,5 +1,5 @@
 // LinuxCalls reaches the Linux-only calls that Swift's Glibc module does not export
-// (they sit behind _GNU_SOURCE): renameat2, fallocate and the xattr family, resolved
+// (they sit behind _GNU_SOURCE): renameat2, fallocate, syncfs and the xattr family, resolved
 // once from the C library with dlsym, plus their flag values.
 import Glibc
 
@@ -30,12 +30,18 @@ enum LinuxCalls {
     static let getxattr = resolve("getxattr", as: (@convention(c) (PathPtr, PathPtr, UnsafeMutableRawPointer?, Int) -> Int).self)
     static let listxattr = resolve("listxattr", as: (@convention(c) (PathPtr, UnsafeMutablePointer<CChar>?, Int) -> Int).self)
     static let removexattr = resolve("removexattr", as: (@convention(c) (PathPtr, PathPtr) -> Int32).self)
+    static let syncfs = resolve("syncfs", as: (@convention(c) (Int32) -> Int32).self)
 }
 
 extension Sys {
     /// renameat2(2).
     public static func rename(_ from: String, in fromDir: Int32, to: String, in toDir: Int32, flags: UInt32) throws {
         try retryOnInterrupt("renameat2") { LinuxCalls.renameat2(fromDir, from, toDir, to, flags) }
+    }
+
+    /// syncfs(2): every file of the file system holding `fd` reaches the disk.
+    public static func syncFileSystem(_ fd: Int32) throws {
+        try retryOnInterrupt("syncfs") { LinuxCalls.syncfs(fd) }
     }
 
     /// fallocate(2).

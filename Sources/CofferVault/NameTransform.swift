@@ -63,6 +63,15 @@ public struct NameTransform {
         backingName.hasPrefix("coffer.") && !isLongName(backingName) || backingName.hasPrefix(".")
     }
 
+    /// The long-name sidecars among `entries` whose entry is missing (a crash between
+    /// writing the sidecar and making the entry, or removing them).
+    public static func orphanSidecars(_ entries: [String]) -> [String] {
+        let present = Set(entries)
+        return entries.filter {
+            $0.hasPrefix(longNamePrefix) && $0.hasSuffix(sidecarSuffix) && !present.contains(String($0.dropLast(sidecarSuffix.count)))
+        }
+    }
+
     static func isLongName(_ backingName: String) -> Bool {
         backingName.hasPrefix(longNamePrefix) && !backingName.hasSuffix(sidecarSuffix)
     }

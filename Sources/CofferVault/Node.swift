@@ -19,12 +19,14 @@ public final class Node: @unchecked Sendable {
     let content = ReadWriteLock()
     /// The content file ID, shared by every open file of this inode; guarded by `content`.
     let fileIDs = FileIDCache()
+    /// Blocks written since this inode's last fsync (their rewrites need no durable undo record).
+    let volatileBlocks = VolatileBlocks()
 
     /// Guards `dirIV`, `parent` and `name`.
     private let stateLock = Lock()
     private var cachedDirIV: [UInt8]?
-    /// False for a directory made by this mount whose IV file was not fsynced yet.
-    private var ivDurable = true
+    /// True once a regular file was checked for blocks a crash tore (UndoJournal).
+    private var crashChecked = false
     /// Last known parent and plaintext name, only for naming the file in damage reports.
     private var parent: Node?
     private var name: [UInt8] = []
@@ -53,19 +55,15 @@ public final class Node: @unchecked Sendable {
         return iv
     }
 
-    func setDirectoryIV(_ iv: [UInt8], durable: Bool) {
+    /// Marks the file as checked after a crash; false if it already was.
+    func markCrashChecked() -> Bool {
         stateLock.withLock {
-            cachedDirIV = iv
-            ivDurable = durable
+            defer { crashChecked = true }
+            return !crashChecked
         }
     }
 
-    /// Makes this directory's IV file durable if it is not yet.
-    func syncDirectoryIV() throws {
-        guard isDirectory, !stateLock.withLock({ ivDurable }) else { return }
-        try DirectoryIV.sync(in: fd)
-        stateLock.withLock { ivDurable = true }
-    }
+    func setDirectoryIV(_ iv: [UInt8]) { stateLock.withLock { cachedDirIV = iv } }
 
     /// The last known parent.
     var knownParent: Node? { stateLock.withLock { parent } }

@@ -69,9 +69,9 @@ extension PlainFileSystem {
 
     /// Enters a listed entry for readdirplus: no name is encrypted again.
     public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
-        try withKeys { _ in
+        try withKeys { keys in
             let directory = OpenDirectory.borrow(handle)
-            return try enter(entry.backingName, in: directory.node, plainName: entry.name)
+            return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name), keys: keys)
         }
     }
 

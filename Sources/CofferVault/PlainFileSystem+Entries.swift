@@ -39,27 +39,37 @@ extension PlainFileSystem {
         }
     }
 
+    /// A name for a backing directory on its way in or out (mkdir, rmdir): it starts
+    /// with '.', so listings pass over it, and `coffer fsck --repair` removes one that a
+    /// crash left behind.
+    static func temporaryDirectoryName() -> String {
+        DirectoryIV.temporaryPrefix + Sodium.randomArray(count: 8).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The directory is made and given its IV under a temporary name, then renamed into
+    /// place: a crash never leaves a directory without its IV.
     public func mkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
+            let temp = Self.temporaryDirectoryName()
             // Owner-writable until the IV file is in, whatever mode was asked for.
-            try creating(backing, in: dir) { try Sys.mkdir(backing.name, in: dir.fd, mode: 0o700) }
-            let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-            defer { Sys.close(fd) }
+            try creating(backing, in: dir) { try Sys.mkdir(temp, in: dir.fd, mode: 0o700) }
             let iv: [UInt8]
             do {
+                let fd = try Sys.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+                defer { Sys.close(fd) }
                 iv = try DirectoryIV.create(in: fd, durable: false)
                 try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777) }
-                try own(backing.name, in: dir, caller: caller)
+                try own(temp, in: dir, caller: caller)
+                try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {
-                try? Sys.unlink(DirectoryIV.fileName, in: fd)
-                try? Sys.unlink(backing.name, in: dir.fd, directory: true)
+                try? removeEmptyDirectory(temp, in: dir.fd)
                 backing.abandon(in: dir)
                 throw error
             }
             let entry = try enter(backing.name, in: dir, plainName: name)
-            nodes.node(entry.node).setDirectoryIV(iv, durable: false)
+            nodes.node(entry.node).setDirectoryIV(iv)
             return entry
         }
     }
@@ -118,47 +128,58 @@ extension PlainFileSystem {
         }
     }
 
-    /// Removes an empty directory: its IV file (and orphan sidecars) first, restored if
-    /// the removal fails.
+    /// Removes an empty directory: first renamed out of the way, then emptied of its IV
+    /// file (and orphan sidecars) and removed, so that a crash leaves at worst a hidden
+    /// temporary directory, never a directory without its IV.
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-            let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-            defer { Sys.close(fd) }
-            try removingDirectoryIV(fd) {
-                try Sys.unlink(backing.name, in: dir.fd, directory: true)
-            }
+            try replacingEmptyDirectory(backing.name, in: dir) {}
             NameTransform.removeSidecar(backing, in: dir.fd)
         }
     }
 
-    /// Runs `remove` (which removes or replaces the backing directory `fd`) after taking
-    /// out its IV file and orphan long-name sidecars; throws ENOTEMPTY if it holds
-    /// anything else, and puts the IV back if `remove` fails.
-    func removingDirectoryIV(_ fd: Int32, _ remove: () throws -> Void) throws {
-        let entries = try Sys.listDirectory(fd)
-        let present = Set(entries)
-        let orphans = entries.filter {
-            $0.hasPrefix(NameTransform.longNamePrefix) && $0.hasSuffix(NameTransform.sidecarSuffix)
-                && !present.contains(String($0.dropLast(NameTransform.sidecarSuffix.count)))
-        }
-        guard entries.allSatisfy({ $0 == DirectoryIV.fileName || orphans.contains($0) }) else {
-            throw Errno(ENOTEMPTY, "rmdir")
-        }
-        let iv = try? DirectoryIV.read(in: fd)
-        // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
-        let st = try Sys.stat(fd)
-        let madeWritable = st.st_mode & 0o200 == 0 && chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) == 0
-        defer { if madeWritable { _ = chmod("/proc/self/fd/\(fd)", st.st_mode & 0o7777) } }
-        for orphan in orphans { try? Sys.unlink(orphan, in: fd) }
-        if entries.contains(DirectoryIV.fileName) { try Sys.unlink(DirectoryIV.fileName, in: fd) }
+    /// Moves the empty backing directory `name` of `dir` aside under a temporary name,
+    /// runs `body` (which may put another entry in its place), then removes it; if `body`
+    /// fails, it goes back. Throws ENOTEMPTY if it holds anything but its IV file and
+    /// orphan long-name sidecars.
+    func replacingEmptyDirectory(_ name: String, in dir: Node, _ body: () throws -> Void) throws {
+        let fd = try Sys.open(name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        defer { Sys.close(fd) }
+        guard try Self.leftovers(in: fd) != nil else { throw Errno(ENOTEMPTY, "rmdir") }
+        forgetSyncedDirectory(try Sys.stat(fd))
+        let temp = Self.temporaryDirectoryName()
+        try Sys.rename(name, in: dir.fd, to: temp, in: dir.fd, flags: RENAME_NOREPLACE)
         do {
-            try remove()
+            try body()
         } catch {
-            if let iv { try? DirectoryIV.write(iv, in: fd) }
+            try? Sys.rename(temp, in: dir.fd, to: name, in: dir.fd, flags: RENAME_NOREPLACE)
             throw error
         }
+        try? removeEmptyDirectory(temp, in: dir.fd)
+    }
+
+    /// The entries of backing directory `fd` that an empty plaintext directory may hold
+    /// (its IV file, orphan long-name sidecars), or nil if it holds anything else.
+    static func leftovers(in fd: Int32) throws -> [String]? {
+        let entries = try Sys.listDirectory(fd)
+        let orphans = NameTransform.orphanSidecars(entries)
+        guard entries.allSatisfy({ $0 == DirectoryIV.fileName || orphans.contains($0) }) else { return nil }
+        return entries
+    }
+
+    /// Removes backing directory `name` of `dir` with its IV file and orphan sidecars,
+    /// which must be all it holds.
+    func removeEmptyDirectory(_ name: String, in dir: Int32) throws {
+        let fd = try Sys.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        defer { Sys.close(fd) }
+        guard let entries = try Self.leftovers(in: fd) else { throw Errno(ENOTEMPTY, "rmdir") }
+        // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
+        let st = try Sys.stat(fd)
+        if st.st_mode & 0o200 == 0 { _ = chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) }
+        for entry in entries { try Sys.unlink(entry, in: fd) }
+        try Sys.unlink(name, in: dir, directory: true)
     }
 
     /// rename(2)/renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
@@ -182,7 +203,7 @@ extension PlainFileSystem {
     }
 
     /// renameat2 of backing entries. A directory may replace an empty directory, as on
-    /// ext4: the target's IV file goes first (and comes back if the rename fails).
+    /// ext4: the target is moved aside first (and comes back if the rename fails).
     private func renameReplacingEmptyDirectory(_ old: String, in from: Node, to new: String, in to: Node, flags: UInt32) throws {
         guard flags == 0,
               let source = try? Sys.stat(old, in: from.fd), source.st_mode & S_IFMT == S_IFDIR,
@@ -190,9 +211,7 @@ extension PlainFileSystem {
               source.st_ino != target.st_ino else {
             return try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: flags)
         }
-        let fd = try Sys.open(new, in: to.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-        defer { Sys.close(fd) }
-        try removingDirectoryIV(fd) { try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: flags) }
+        try replacingEmptyDirectory(new, in: to) { try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: RENAME_NOREPLACE) }
     }
 
     /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.
@@ -213,7 +232,8 @@ extension PlainFileSystem {
                 try withWritableDescriptor(node, handle: handle) { fd in
                     try reportingDamage(node) {
                         try node.content.writing {
-                            try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: size)
+                            try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs,
+                                            safety: rewriteSafety(node)).truncate(to: size)
                         }
                     }
                 }

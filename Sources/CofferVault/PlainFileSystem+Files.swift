@@ -8,11 +8,14 @@ final class OpenFile {
     let node: Node
     let fd: Int32
     let writable: Bool
+    /// O_SYNC or O_DSYNC: each write is on the disk when it returns.
+    let synchronous: Bool
 
-    init(node: Node, fd: Int32, writable: Bool) {
+    init(node: Node, fd: Int32, writable: Bool, synchronous: Bool = false) {
         self.node = node
         self.fd = fd
         self.writable = writable
+        self.synchronous = synchronous
     }
 
     deinit { Sys.close(fd) }
@@ -34,8 +37,9 @@ extension PlainFileSystem {
         return ((writable ? O_RDWR : O_RDONLY) | kept, writable)
     }
 
-    private func openHandle(_ node: Node, fd: Int32, writable: Bool, truncate: Bool, keys: Keys) throws -> UInt64 {
-        let file = OpenFile(node: node, fd: fd, writable: writable)
+    private func openHandle(_ node: Node, fd: Int32, flags: Int32, writable: Bool, truncate: Bool, keys: Keys) throws -> UInt64 {
+        // O_SYNC includes the O_DSYNC bit.
+        let file = OpenFile(node: node, fd: fd, writable: writable, synchronous: flags & O_DSYNC != 0)
         if truncate && writable {
             try node.content.writing {
                 try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
@@ -50,7 +54,7 @@ extension PlainFileSystem {
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
             let truncate = flags & O_TRUNC != 0
-            let handle = try openHandle(node, fd: fd, writable: writable, truncate: truncate, keys: keys)
+            let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
             if truncate && writable && !caller.keepsSetID, try dropSetID(node, fd: fd, caller: caller) {
                 onAttributesChanged(id)
             }
@@ -82,7 +86,7 @@ extension PlainFileSystem {
                 throw error
             }
             do {
-                let handle = try openHandle(nodes.node(entry.node), fd: fd, writable: writable,
+                let handle = try openHandle(nodes.node(entry.node), fd: fd, flags: backingFlags, writable: writable,
                                             truncate: flags & O_TRUNC != 0, keys: keys)
                 return (entry, handle)
             } catch {
@@ -111,7 +115,8 @@ extension PlainFileSystem {
             guard file.writable else { throw Errno(EBADF, "write") }
             try reportingDamage(file.node) {
                 try file.node.content.writing {
-                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).write(data, at: offset)
+                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
+                                    safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
             if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { onAttributesChanged(nodes.id(of: file.node)) }
@@ -145,22 +150,23 @@ extension PlainFileSystem {
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws {
         try withKeys { _ in
             let file = OpenFile.borrow(handle)
+            // Blocks written before the sync are durable from here on: rewriting them
+            // later needs a durable undo record. (Cleared before the sync, so that a
+            // write racing with it counts as durable: safe, if dearer.)
+            file.node.volatileBlocks.removeAll()
             try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
             try makeAncestorsDurable(file.node)
         }
     }
 
     /// A file that was fsynced must stay readable after a power loss, so the IV files
-    /// of the directories above it (written without fsync by mkdir) are synced now.
+    /// of the directories above it are made durable too.
     func makeAncestorsDurable(_ node: Node) throws {
-        var current: Node? = node.isDirectory ? node : node.knownParent
-        var depth = 0
-        while let directory = current, depth < 4096 {
-            try directory.syncDirectoryIV()
-            current = directory.knownParent
-            depth += 1
-        }
+        try durableDirectories.makeDurable(from: node.fd, isDirectory: node.isDirectory, root: nodes.root.fd)
     }
+
+    /// A directory is being removed: forget that its IV was made durable.
+    func forgetSyncedDirectory(_ st: stat) { durableDirectories.forget(st) }
 
     /// The kernel closed its last reference to the handle. Needs no key.
     public func release(_ handle: UInt64) { OpenFile.release(handle) }
@@ -174,7 +180,8 @@ extension PlainFileSystem {
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "fallocate") }
             try file.node.content.writing {
-                let content = ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs)
+                let content = ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
+                                          safety: rewriteSafety(file.node, synchronous: file.synchronous))
                 let start = BlockLayout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
                 let end = BlockLayout.cipherSize(plainSize: offset + length)
                 try Sys.fallocate(file.fd, mode: FALLOC_FL_KEEP_SIZE, offset: start, length: end - start)

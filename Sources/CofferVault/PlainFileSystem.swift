@@ -52,6 +52,10 @@ public final class PlainFileSystem: @unchecked Sendable {
     public let vault: Vault
     let options: Options
     let nodes: NodeTable
+    /// The vault's undo journal (nil on a backing file system coffer cannot write).
+    let journal: UndoJournal?
+    /// Directories whose IV file this daemon has made durable.
+    let durableDirectories = DurableDirectories()
     /// Readers: every operation. Writer: unlock and lock, which wait for operations in flight.
     private let gate = ReadWriteLock()
     private var keys: Keys?
@@ -68,6 +72,11 @@ public final class PlainFileSystem: @unchecked Sendable {
         self.options = options
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
         nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
+        do {
+            journal = try UndoJournal(directory: fd)
+        } catch let error as Errno where error.code == EROFS || error.code == EACCES {
+            journal = nil
+        }
         // Keep well below the descriptor limit: descriptors are also needed for open files.
         var limit = rlimit()
         if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
@@ -181,9 +190,45 @@ public final class PlainFileSystem: @unchecked Sendable {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-            return try enter(backing.name, in: dir, plainName: name)
+            return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
         }
     }
+
+    /// After a crash, the first lookup of a file puts back the blocks that the crash
+    /// tore from the undo journal's records, before the kernel learns the file's size.
+    func repairingAfterCrash(_ entry: Entry, keys: Keys) throws -> Entry {
+        guard let journal, journal.hasPending else { return entry }
+        let node = nodes.node(entry.node)
+        guard node.isRegular, node.markCrashChecked() else { return entry }
+        do {
+            let restored = try node.content.writing { () -> [Int64] in
+                let fd = try Sys.open(node.procPath, flags: O_RDWR | O_NOFOLLOW | O_NONBLOCK)
+                defer { Sys.close(fd) }
+                let file = ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs)
+                guard let id = try file.fileID() else { return [] }
+                let records = journal.pendingRecords(id)
+                guard !records.isEmpty else { return [] }
+                defer { journal.checked(id) }
+                return try file.tornBlocks(records, repair: true)
+            }
+            guard !restored.isEmpty else { return entry }
+            log("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
+            onAttributesChanged(entry.node)
+            return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd)))
+        } catch {
+            log("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
+            return entry
+        }
+    }
+
+    /// What makes rewrites of `node`'s blocks crash-safe (nil without a journal).
+    func rewriteSafety(_ node: Node, synchronous: Bool = false) -> RewriteSafety? {
+        journal.map { RewriteSafety(journal: $0, volatile: node.volatileBlocks, synchronous: synchronous) }
+    }
+
+    /// Drops the undo records that no crash can need any more (after a syncfs); for the
+    /// daemon's clean exit.
+    public func finish() throws { try journal?.trim() }
 
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
     func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {

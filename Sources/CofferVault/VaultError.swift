@@ -53,6 +53,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case tooLong(TooLongItem)
     /// A sealed metadata item (symlink target, xattr value) failed authentication.
     case metadataDamaged(what: String)
+    /// The undo journal (coffer.journal) is not a file coffer can use.
+    case journalDamaged(reason: String)
 
     public var description: String {
         switch self {
@@ -79,6 +81,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .invalidName: return "invalid file name"
         case .tooLong(let item): return "\(item.rawValue) too long"
         case .metadataDamaged(let what): return "\(what) failed authentication"
+        case .journalDamaged(let reason): return "undo journal damaged: \(reason)"
         }
     }
 }

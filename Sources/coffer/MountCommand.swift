@@ -186,6 +186,8 @@ struct MountCommand: ParsableCommand {
         SystemdNotify.send("STOPPING=1")
         gate.detach()
         gate.lock(reason: "unmounted")
+        // A clean exit: everything written is made durable and the undo records go.
+        do { try fs.finish() } catch { log.write("undo journal kept: \(error)") }
         log.write("unmounted \(target); keys wiped")
     }
 }

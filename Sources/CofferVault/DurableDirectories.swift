@@ -1,0 +1,45 @@
+// DurableDirectories makes the IV files of the directories above a synced file durable.
+// mkdir writes a directory's IV without an fsync, and of a directory made by an earlier
+// daemon (or moved since) nothing is known; so before an fsync below it is answered,
+// each directory on the backing path up to the vault root gets its IV fsynced — once
+// per directory and daemon.
+import Glibc
+
+final class DurableDirectories: @unchecked Sendable {
+    private struct Key: Hashable {
+        let dev: UInt64
+        let ino: UInt64
+        init(_ st: stat) { dev = UInt64(st.st_dev); ino = UInt64(st.st_ino) }
+    }
+
+    private let lock = Lock()
+    private var synced: Set<Key> = []
+
+    /// Makes the IVs of the directories from the one holding backing inode `fd` (or
+    /// from `fd` itself, a directory) up to the vault root `root` durable. A file or
+    /// directory already removed has nothing above it to make durable.
+    func makeDurable(from fd: Int32, isDirectory: Bool, root: Int32) throws {
+        guard let rootPath = try? Sys.readlink("/proc/self/fd/\(root)", in: AT_FDCWD),
+              var path = try? Sys.readlink("/proc/self/fd/\(fd)", in: AT_FDCWD) else { return }
+        if !isDirectory { path = Self.parent(of: path) }
+        while path == rootPath || path.hasPrefix(rootPath == "/" ? "/" : rootPath + "/") {
+            guard let dir = try? Sys.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else { return }
+            defer { Sys.close(dir) }
+            let key = Key(try Sys.stat(dir))
+            if !lock.withLock({ synced.contains(key) }) {
+                try DirectoryIV.sync(in: dir)
+                lock.withLock { _ = synced.insert(key) }
+            }
+            if path == rootPath { return }
+            path = Self.parent(of: path)
+        }
+    }
+
+    /// A directory is going away; its inode number may come back for a new one.
+    func forget(_ st: stat) { lock.withLock { _ = synced.remove(Key(st)) } }
+
+    private static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
+        return String(path[..<slash])
+    }
+}

@@ -1,0 +1,199 @@
+// UndoJournal keeps, in CIPHERDIR/coffer.journal, the old sealed form of each content
+// block that coffer rewrites in place while the rewrite keeps some of its bytes, so that
+// a crash in the middle of the rewrite (kill -9, power cut) cannot make those bytes
+// unreadable (FORMAT.md §11).
+//
+// A block's slot is rewritten in place, with a new nonce and length, when a write
+// covers only part of it, when an append grows a partial last block, and when a
+// truncate cuts it. Torn — new bytes on the disk before the new size, or half of the
+// slot written — it authenticates as neither version. So the old slot goes into a
+// record first; when the block may hold fsynced bytes, the record is fdatasynced before
+// the slot is touched. After a crash, a block that fails authentication while its slot
+// still carries the old or the new nonce of its newest record is put back from it.
+import CofferCrypto
+import Glibc
+
+public final class UndoJournal: @unchecked Sendable {
+    public static let fileName = "coffer.journal"
+    static let magic = Array("cofferU1".utf8)
+    /// Bytes before the old slot: magic 8 ‖ file ID 16 ‖ u64 block ‖ u64 sequence ‖
+    /// u32 old length ‖ u32 zero ‖ new nonce 24.
+    static let headerSize = 72
+    /// Bytes per record: the header and room for a full slot (4136).
+    public static let recordSize = headerSize + Int(BlockLayout.cipherBlockSize)
+    /// Records 0…255 are a ring for rewrites of blocks not fsynced since they were last
+    /// written (only a kill -9 can need them, and only while their rewrite runs); durable
+    /// records are appended after the ring.
+    static let ringSlots = 256
+    /// Size past which the durable records are dropped after a syncfs: about 2,000 records.
+    static let trimThreshold = Int64(ringSlots * recordSize) + (8 << 20)
+
+    /// One rewrite: block `block` of file `fileID` held `oldLength` plaintext bytes in
+    /// the slot `sealed` (nonce ‖ ciphertext ‖ tag, all zeros for a hole) and is being
+    /// replaced by a slot that starts with `newNonce`.
+    public struct Record {
+        public let fileID: FileID
+        public let block: Int64
+        public let oldLength: Int
+        public let newNonce: [UInt8]
+        public let sealed: [UInt8]
+        /// Order of records: a later rewrite of the same block has a higher number.
+        var sequence: UInt64 = 0
+
+        public init(fileID: FileID, block: Int64, oldLength: Int, newNonce: [UInt8], sealed: [UInt8]) {
+            precondition(newNonce.count == ContentCipher.nonceSize && sealed.count == oldLength + ContentCipher.overhead)
+            self.fileID = fileID
+            self.block = block
+            self.oldLength = oldLength
+            self.newNonce = newNonce
+            self.sealed = sealed
+        }
+
+        /// The nonce of the old slot.
+        var oldNonce: ArraySlice<UInt8> { sealed.prefix(ContentCipher.nonceSize) }
+
+        var encoded: [UInt8] {
+            var out = UndoJournal.magic + fileID.bytes
+            withUnsafeBytes(of: UInt64(block).bigEndian) { out += $0 }
+            withUnsafeBytes(of: sequence.bigEndian) { out += $0 }
+            withUnsafeBytes(of: UInt32(oldLength).bigEndian) { out += $0 }
+            out += [0, 0, 0, 0] + newNonce + sealed
+            return out + [UInt8](repeating: 0, count: UndoJournal.recordSize - out.count)
+        }
+
+        /// Parses a record; nil for anything torn or foreign (a short, zeroed or
+        /// half-written record is simply not there; a slot that is torn fails later,
+        /// when it is opened).
+        init?(parsing b: [UInt8]) {
+            guard b.count == UndoJournal.recordSize, b.prefix(8).elementsEqual(UndoJournal.magic) else { return nil }
+            let number = { (range: Range<Int>) in b[range].reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+            let block = number(24..<32), length = Int(number(40..<44))
+            guard length >= 1, length <= ContentCipher.blockSize,
+                  block <= UInt64(BlockLayout.maxPlainSize / BlockLayout.plainBlockSize) else { return nil }
+            let start = UndoJournal.headerSize
+            self.init(fileID: FileID(bytes: Array(b[8..<24])), block: Int64(block), oldLength: length,
+                      newNonce: Array(b[48..<72]), sealed: Array(b[start..<start + length + ContentCipher.overhead]))
+            sequence = number(32..<40)
+        }
+    }
+
+    private let directory: Int32
+    private let lock = Lock()
+    /// Readers: a recorded rewrite, from its records to the end of its pwrite.
+    /// Writer: dropping records, which must meet no rewrite half done.
+    private let rewrites = ReadWriteLock()
+    // Guarded by `lock`:
+    private var fd: Int32
+    /// End of the durable records.
+    private var size: Int64
+    private var nextRingSlot = 0
+    private var sequence: UInt64 = 1
+    /// Blocks with a record, per file: a rewrite of such a block is always recorded,
+    /// so that the newest record of a block describes its last rewrite.
+    private var recorded: [FileID: Set<Int64>] = [:]
+    /// Records found at open (left by an earlier daemon), newest per block, until each
+    /// file has been checked: they are what a crash may need.
+    private var pending: [FileID: [Int64: Record]] = [:]
+
+    /// Opens (or creates) the journal of the vault whose root directory is `directory`.
+    /// Never follows or blocks on something planted in its place.
+    public init(directory: Int32, readOnly: Bool = false) throws {
+        self.directory = directory
+        let file = try Self.openFile(in: directory, readOnly: readOnly)
+        fd = file
+        let count = Int(try Sys.stat(file).st_size) / Self.recordSize
+        var buffer = [UInt8](repeating: 0, count: Self.recordSize)
+        for i in 0..<count {
+            let n = try buffer.withUnsafeMutableBytes { try Sys.readFully(file, into: $0, at: Int64(i * Self.recordSize)) }
+            guard n == Self.recordSize, let record = Record(parsing: buffer) else { continue }
+            sequence = max(sequence, record.sequence + 1)
+            if let newer = pending[record.fileID]?[record.block], newer.sequence > record.sequence { continue }
+            pending[record.fileID, default: [:]][record.block] = record
+            recorded[record.fileID, default: []].insert(record.block)
+        }
+        size = Int64(max(count, Self.ringSlots) * Self.recordSize)
+    }
+
+    deinit { Sys.close(fd) }
+
+    private static func openFile(in directory: Int32, readOnly: Bool) throws -> Int32 {
+        let flags = (readOnly ? O_RDONLY : O_RDWR | O_CREAT) | O_NOFOLLOW | O_NONBLOCK
+        let fd = try Sys.open(fileName, in: directory, flags: flags, mode: 0o600)
+        guard let st = try? Sys.stat(fd), st.st_mode & S_IFMT == S_IFREG else {
+            Sys.close(fd)
+            throw VaultError.journalDamaged(reason: "\(fileName) is not a regular file")
+        }
+        return fd
+    }
+
+    /// True while records of an earlier daemon wait for their files to be checked.
+    public var hasPending: Bool { lock.withLock { !pending.isEmpty } }
+
+    /// Files with records of an earlier daemon.
+    public var pendingFiles: Int { lock.withLock { pending.count } }
+
+    /// The records of an earlier daemon for `fileID`, newest per block.
+    public func pendingRecords(_ fileID: FileID) -> [Int64: Record] { lock.withLock { pending[fileID] ?? [:] } }
+
+    /// The file was checked (and repaired if it needed it): its pending records are done.
+    public func checked(_ fileID: FileID) { lock.withLock { _ = pending.removeValue(forKey: fileID) } }
+
+    /// The blocks of `fileID` that have a record (a rewrite of them always needs one).
+    public func recordedBlocks(_ fileID: FileID) -> Set<Int64>? { lock.withLock { recorded[fileID] } }
+
+    /// Runs a recorded rewrite — `body` appends its records, then writes the slots —
+    /// so that dropping records never meets it half done.
+    public func rewriting<R>(_ body: () throws -> R) rethrows -> R {
+        let result = try rewrites.reading(body)
+        if lock.withLock({ size > Self.trimThreshold }) { try? trim() }
+        return result
+    }
+
+    /// Writes records; with `durable`, they reach the disk before this returns, and
+    /// they stay until the next trim; otherwise they go to the ring.
+    public func append(_ records: [Record], durable: Bool) throws {
+        guard !records.isEmpty else { return }
+        var records = records
+        let (file, offset) = lock.withLock { () -> (Int32, Int64) in
+            for i in records.indices {
+                records[i].sequence = sequence
+                sequence += 1
+                recorded[records[i].fileID, default: []].insert(records[i].block)
+            }
+            let count = Int64(records.count * Self.recordSize)
+            if durable {
+                defer { size += count }
+                return (fd, size)
+            }
+            if nextRingSlot + records.count > Self.ringSlots { nextRingSlot = 0 }
+            defer { nextRingSlot += records.count }
+            return (fd, Int64(nextRingSlot * Self.recordSize))
+        }
+        let bytes = records.flatMap(\.encoded)
+        try bytes.withUnsafeBytes { try Sys.writeFully(file, $0, at: offset) }
+        if durable { try retryOnInterrupt("fdatasync") { fdatasync(file) } }
+    }
+
+    /// Drops every record but those still pending: a syncfs first makes every rewrite
+    /// done so far durable, so that no other record can be needed any more.
+    public func trim() throws {
+        try rewrites.writing {
+            try Sys.syncFileSystem(lock.withLock { fd })
+            let kept = lock.withLock { pending.values.flatMap { $0.values } }
+            let bytes = [UInt8](repeating: 0, count: Self.ringSlots * Self.recordSize) + kept.flatMap(\.encoded)
+            if !kept.isEmpty {
+                // Written aside and renamed over, so that a crash keeps one whole copy.
+                try AtomicFile.write(bytes, to: Self.fileName, in: directory, mode: 0o600)
+                let new = try Self.openFile(in: directory, readOnly: false)
+                lock.withLock { Sys.close(fd); fd = new }
+            } else {
+                try Sys.truncate(lock.withLock { fd }, to: 0)
+            }
+            lock.withLock {
+                size = Int64(bytes.count)
+                nextRingSlot = 0
+                recorded = pending.mapValues { Set($0.keys) }
+            }
+        }
+    }
+}
