@@ -52,4 +52,26 @@ public enum DirectoryIV {
         }
         return bytes
     }
+
+    /// The entries of backing directory `fd` that an empty plaintext directory may hold
+    /// (its IV file, orphan long-name sidecars), or nil if it holds anything else.
+    public static func leftovers(in fd: Int32) throws -> [String]? {
+        let entries = try Sys.listDirectory(fd)
+        let orphans = NameTransform.orphanSidecars(entries)
+        guard entries.allSatisfy({ $0 == fileName || orphans.contains($0) }) else { return nil }
+        return entries
+    }
+
+    /// Removes backing directory `name` of `dir` with its IV file and orphan sidecars,
+    /// which must be all it holds (ENOTEMPTY otherwise).
+    public static func removeEmptyDirectory(_ name: String, in dir: Int32) throws {
+        let fd = try Sys.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        defer { Sys.close(fd) }
+        guard let entries = try leftovers(in: fd) else { throw Errno(ENOTEMPTY, "rmdir") }
+        // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
+        let st = try Sys.stat(fd)
+        if st.st_mode & 0o200 == 0 { _ = chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) }
+        for entry in entries { try Sys.unlink(entry, in: fd) }
+        try Sys.unlink(name, in: dir, directory: true)
+    }
 }

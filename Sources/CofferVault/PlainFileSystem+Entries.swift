@@ -64,7 +64,7 @@ extension PlainFileSystem {
                 try own(temp, in: dir, caller: caller)
                 try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {
-                try? removeEmptyDirectory(temp, in: dir.fd)
+                try? DirectoryIV.removeEmptyDirectory(temp, in: dir.fd)
                 backing.abandon(in: dir)
                 throw error
             }
@@ -147,7 +147,7 @@ extension PlainFileSystem {
     func replacingEmptyDirectory(_ name: String, in dir: Node, _ body: () throws -> Void) throws {
         let fd = try Sys.open(name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
         defer { Sys.close(fd) }
-        guard try Self.leftovers(in: fd) != nil else { throw Errno(ENOTEMPTY, "rmdir") }
+        guard try DirectoryIV.leftovers(in: fd) != nil else { throw Errno(ENOTEMPTY, "rmdir") }
         forgetSyncedDirectory(try Sys.stat(fd))
         let temp = Self.temporaryDirectoryName()
         try Sys.rename(name, in: dir.fd, to: temp, in: dir.fd, flags: RENAME_NOREPLACE)
@@ -157,29 +157,7 @@ extension PlainFileSystem {
             try? Sys.rename(temp, in: dir.fd, to: name, in: dir.fd, flags: RENAME_NOREPLACE)
             throw error
         }
-        try? removeEmptyDirectory(temp, in: dir.fd)
-    }
-
-    /// The entries of backing directory `fd` that an empty plaintext directory may hold
-    /// (its IV file, orphan long-name sidecars), or nil if it holds anything else.
-    static func leftovers(in fd: Int32) throws -> [String]? {
-        let entries = try Sys.listDirectory(fd)
-        let orphans = NameTransform.orphanSidecars(entries)
-        guard entries.allSatisfy({ $0 == DirectoryIV.fileName || orphans.contains($0) }) else { return nil }
-        return entries
-    }
-
-    /// Removes backing directory `name` of `dir` with its IV file and orphan sidecars,
-    /// which must be all it holds.
-    func removeEmptyDirectory(_ name: String, in dir: Int32) throws {
-        let fd = try Sys.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-        defer { Sys.close(fd) }
-        guard let entries = try Self.leftovers(in: fd) else { throw Errno(ENOTEMPTY, "rmdir") }
-        // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
-        let st = try Sys.stat(fd)
-        if st.st_mode & 0o200 == 0 { _ = chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) }
-        for entry in entries { try Sys.unlink(entry, in: fd) }
-        try Sys.unlink(name, in: dir, directory: true)
+        try? DirectoryIV.removeEmptyDirectory(temp, in: dir.fd)
     }
 
     /// rename(2)/renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.

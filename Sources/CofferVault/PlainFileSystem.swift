@@ -202,7 +202,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         guard node.isRegular, node.markCrashChecked() else { return entry }
         do {
             let restored = try node.content.writing { () -> [Int64] in
-                let fd = try Sys.open(node.procPath, flags: O_RDWR | O_NOFOLLOW | O_NONBLOCK)
+                let fd = try Sys.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
                 defer { Sys.close(fd) }
                 let file = ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs)
                 guard let id = try file.fileID() else { return [] }

@@ -174,12 +174,16 @@ public final class UndoJournal: @unchecked Sendable {
         if durable { try retryOnInterrupt("fdatasync") { fdatasync(file) } }
     }
 
-    /// Drops every record but those still pending: a syncfs first makes every rewrite
-    /// done so far durable, so that no other record can be needed any more.
-    public func trim() throws {
+    /// Drops every record but those still pending (or all, after a check of every file
+    /// in the vault): a syncfs first makes every rewrite done so far durable, so that no
+    /// other record can be needed any more.
+    public func trim(keepingPending: Bool = true) throws {
         try rewrites.writing {
             try Sys.syncFileSystem(lock.withLock { fd })
-            let kept = lock.withLock { pending.values.flatMap { $0.values } }
+            let kept = lock.withLock { () -> [Record] in
+                if !keepingPending { pending = [:] }
+                return pending.values.flatMap { $0.values }
+            }
             let bytes = [UInt8](repeating: 0, count: Self.ringSlots * Self.recordSize) + kept.flatMap(\.encoded)
             if !kept.isEmpty {
                 // Written aside and renamed over, so that a crash keeps one whole copy.

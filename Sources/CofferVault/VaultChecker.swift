@@ -1,5 +1,7 @@
 // VaultChecker walks a whole backing directory with the keys and reports every name,
-// block, symlink target and xattr that fails authentication, read-only.
+// block, symlink target and xattr that fails authentication — damage — apart from the
+// harmless leftovers of a crash (orphan long-name sidecars, temporary directories and
+// files, blocks that the undo journal puts back), which it can also remove or repair.
 import CofferCrypto
 import Glibc
 
@@ -9,6 +11,8 @@ public struct VaultProblem: CustomStringConvertible {
     /// The backing (encrypted) name when the name itself is the problem.
     public let backingName: String?
     public let what: String
+    /// A harmless leftover of a crash, not damage.
+    public let isLeftover: Bool
 
     public var description: String {
         backingName.map { "\(path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
@@ -19,7 +23,10 @@ public struct VaultCheckSummary {
     public var directories = 0
     public var files = 0
     public var bytes: Int64 = 0
+    /// Damage found.
     public var problems = 0
+    /// Harmless crash leftovers found (and, with repair, removed or put right).
+    public var leftovers = 0
 }
 
 public final class VaultChecker {
@@ -31,10 +38,16 @@ public final class VaultChecker {
     public private(set) var summary = VaultCheckSummary()
     private let report: (VaultProblem) -> Void
     private let progress: (VaultCheckSummary) -> Void
+    /// The undo journal's records, if the vault has any; repairing needs it writable.
+    private let journal: UndoJournal?
+    private let repair: Bool
 
-    public init(vault: Vault, master: MasterKey, report: @escaping (VaultProblem) -> Void,
-                progress: @escaping (VaultCheckSummary) -> Void = { _ in }) {
+    /// With `repair`, leftovers are removed or put right (the vault must not be mounted).
+    public init(vault: Vault, master: MasterKey, journal: UndoJournal? = nil, repair: Bool = false,
+                report: @escaping (VaultProblem) -> Void, progress: @escaping (VaultCheckSummary) -> Void = { _ in }) {
         root = vault.rootFD
+        self.journal = journal
+        self.repair = repair
         keys = KeySet(master: master)
         names = NameTransform(cipher: keys.names)
         symlinks = SymlinkCodec(box: keys.metadata)
@@ -47,7 +60,17 @@ public final class VaultChecker {
 
     private func problem(_ path: String, _ what: String, backingName: String? = nil) {
         summary.problems += 1
-        report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what))
+        report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what, isLeftover: false))
+    }
+
+    /// Reports a harmless leftover; with repair, `fix` removes it first.
+    private func leftover(_ path: String, _ what: String, backingName: String? = nil, fix: () throws -> Void) {
+        summary.leftovers += 1
+        var what = what
+        if repair {
+            do { try fix(); what += "; repaired" } catch { what += "; repair failed: \(error)" }
+        }
+        report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what, isLeftover: true))
     }
 
     /// Checks everything below the vault root.
@@ -67,11 +90,24 @@ public final class VaultChecker {
         }
         let entries: [Sys.DirectoryEntry]
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }
-        let present = Set(entries.map(\.name))
+        let orphans = Set(NameTransform.orphanSidecars(entries.map(\.name)))
         for entry in entries {
-            if entry.name.hasPrefix(NameTransform.longNamePrefix) && entry.name.hasSuffix(NameTransform.sidecarSuffix)
-                && !present.contains(String(entry.name.dropLast(NameTransform.sidecarSuffix.count))) {
-                problem(path, "orphan long-name sidecar (harmless)", backingName: entry.name)
+            if orphans.contains(entry.name) {
+                leftover(path, "orphan long-name sidecar, left by a crash (harmless)", backingName: entry.name) {
+                    try Sys.unlink(entry.name, in: dir)
+                }
+                continue
+            }
+            if entry.name.hasPrefix(DirectoryIV.temporaryPrefix) {
+                leftover(path, "temporary directory of an interrupted mkdir or rmdir (harmless)", backingName: entry.name) {
+                    try DirectoryIV.removeEmptyDirectory(entry.name, in: dir)
+                }
+                continue
+            }
+            if entry.name.hasPrefix(".") && entry.name.contains(".tmp.") && entry.type == UInt8(DT_REG) {
+                leftover(path, "temporary file of an interrupted config or journal write (harmless)", backingName: entry.name) {
+                    try Sys.unlink(entry.name, in: dir)
+                }
                 continue
             }
             let name: [UInt8]
@@ -106,12 +142,25 @@ public final class VaultChecker {
     private func checkFile(_ backingName: String, in dir: Int32, path: String) {
         summary.files += 1
         let fd: Int32
-        do { fd = try Sys.open(backingName, in: dir, flags: O_RDONLY | O_NOFOLLOW) } catch {
+        do {
+            fd = try Sys.open(backingName, in: dir, flags: (repair ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK)
+        } catch {
             return problem(path, "cannot open: \(error)")
         }
         defer { Sys.close(fd) }
         checkXattrs("/proc/self/fd/\(fd)", path: path)
         let file = ContentFile(fd: fd, cipher: keys.content)
+        // Blocks a crash tore that the undo journal puts back are leftovers, not damage.
+        var torn: Set<UInt64> = []
+        if let journal, journal.hasPending, let id = try? file.fileID() {
+            let records = journal.pendingRecords(id)
+            if !records.isEmpty, let blocks = try? file.tornBlocks(records, repair: repair) {
+                for block in blocks {
+                    leftover(path, "block \(block) torn by a crash; the undo journal holds its last version, which the mount puts back") {}
+                    if !repair { torn.insert(UInt64(block)) }
+                }
+            }
+        }
         let size: Int64
         do { size = try file.plainSize() } catch { return problem(path, "\(error)") }
         // Block by block, so that every damaged block is named, not only the first.
@@ -121,6 +170,8 @@ public final class VaultChecker {
         while offset < size {
             do {
                 _ = try buffer.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
+            } catch is VaultError where torn.contains(UInt64(offset / Int64(chunk))) {
+                // Reported above as a leftover.
             } catch VaultError.blockDamaged(let index) {
                 problem(path, "block \(index) failed authentication")
             } catch {

@@ -64,10 +64,20 @@ struct PasswdCommand: ParsableCommand {
 struct FsckCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fsck",
-        abstract: "Verify every name, block, symlink and xattr of a vault (read-only).",
-        discussion: "Each problem is printed as the plaintext path (or the encrypted name, when the name itself is damaged), what is wrong, and the block index. Exit status 40 if anything is damaged.")
+        abstract: "Verify every name, block, symlink and xattr of a vault (read-only unless --repair).",
+        discussion: """
+            Each problem is printed as the plaintext path (or the encrypted name, when the name \
+            itself is damaged), what is wrong, and the block index: "damaged:" lines for damage \
+            (exit status 40), "leftover:" lines for the harmless leftovers of a crash (orphan \
+            long-name sidecars, temporary directories and files, blocks torn by a crash that \
+            the undo journal puts back), which alone leave the exit status 0. With --repair \
+            (the vault must not be mounted), the leftovers are removed or put right.
+            """)
 
     @OptionGroup var secret: OfflineUnlock
+
+    @Flag(name: .long, help: "Remove the harmless leftovers of a crash and put back torn blocks from the undo journal (needs the vault unmounted).")
+    var repair = false
 
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
@@ -75,11 +85,20 @@ struct FsckCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
+            // Repairing writes: no daemon may serve the vault meanwhile.
+            let claim = repair ? try VaultClaim(vault) : nil
+            defer { withExtendedLifetime(claim) {} }
             let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
+            let journal: UndoJournal?
+            do {
+                journal = try UndoJournal(directory: vault.rootFD, readOnly: !repair)
+            } catch let error as Errno where error.code == ENOENT {
+                journal = nil
+            }
             let onTerminal = isatty(2) == 1
-            let checker = VaultChecker(vault: vault, master: master, report: { problem in
+            let checker = VaultChecker(vault: vault, master: master, journal: journal, repair: repair, report: { problem in
                 if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
-                print("damaged: \(problem)")
+                print("\(problem.isLeftover ? "leftover" : "damaged"): \(problem)")
                 fflush(stdout)
             }, progress: { summary in
                 guard onTerminal else { return }
@@ -88,7 +107,10 @@ struct FsckCommand: ParsableCommand {
             master.wipe()
             let summary = checker.run()
             if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
-            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")")
+            let leftovers = summary.leftovers == 0 ? "" : "; \(summary.leftovers) harmless leftover\(summary.leftovers == 1 ? "" : "s") of a crash\(repair ? " repaired" : " (coffer fsck --repair removes them)")"
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(leftovers)")
+            // Every record a crash could need was applied or found unneeded.
+            if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
             if summary.problems > 0 { throw ExitCode(ExitStatus.damageFound.rawValue) }
         }
     }

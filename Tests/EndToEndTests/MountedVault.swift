@@ -1,6 +1,7 @@
 // MountedVault creates a vault, mounts it with the built coffer, and unmounts it at the
 // end of the test whatever happened (the scratch directory's cleanup unmounts too).
 import Foundation
+import Glibc
 import XCTest
 
 final class MountedVault {
@@ -9,12 +10,14 @@ final class MountedVault {
     let passfile: String
     let logFile: String
 
-    init(scratch: Scratch, name: String = "vault") {
-        cipherdir = scratch.mkdir(name + ".cipher")
+    /// A new vault in `cipherdir` (by default a directory of the scratch directory).
+    init(scratch: Scratch, name: String = "vault", cipherdir: String? = nil) {
+        self.cipherdir = cipherdir ?? scratch.mkdir(name + ".cipher")
+        if let cipherdir { try? FileManager.default.createDirectory(atPath: cipherdir, withIntermediateDirectories: true) }
         mountpoint = scratch.mkdir(name + ".plain")
         passfile = scratch.file(name + ".pass", "passphrase of \(name)\n")
         logFile = scratch.path + "/" + name + ".log"
-        let r = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, cipherdir])
+        let r = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, self.cipherdir])
         XCTAssertEqual(r.status, 0, "init: \(r.stderr)")
     }
 
@@ -39,6 +42,32 @@ final class MountedVault {
     }
 
     var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+
+    /// The daemon's process ID, from `coffer status --json`.
+    var daemonPID: Int32? {
+        let r = Harness.run([Harness.coffer, "status", "--json", mountpoint])
+        guard let data = r.stdout.data(using: .utf8),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return nil }
+        return (object["pid"] as? Int).map(Int32.init)
+    }
+
+    /// Kills the daemon with SIGKILL, as a crash would, and clears the dead mount.
+    func killDaemon() {
+        guard let pid = daemonPID else { return XCTFail("no daemon pid") }
+        kill(pid, SIGKILL)
+        // Gone once /proc has no live process by that number (a zombie has closed all).
+        for _ in 0..<500 {
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            if stat.isEmpty || stat.contains(") Z ") { break }
+            usleep(10_000)
+        }
+        Harness.run(["fusermount3", "-u", "-z", mountpoint])
+    }
+
+    /// `coffer fsck` of the vault (unmounted), with `extra` options.
+    func fsck(_ extra: [String] = []) -> Outcome {
+        Harness.run([Harness.coffer, "fsck", "--passfile", passfile] + extra + [cipherdir])
+    }
 
     /// Runs a bash script in the mountpoint (`$M`), with `$C` the cipherdir.
     @discardableResult
