@@ -24,7 +24,7 @@ public final class UndoJournal: @unchecked Sendable {
     /// Records 0…255 are a ring for rewrites of blocks not fsynced since they were last
     /// written (only a kill -9 can need them, and only while their rewrite runs); durable
     /// records are appended after the ring.
-    static let ringSlots = 256
+    public static let ringSlots = 256
     /// Size past which the durable records are dropped after a syncfs: about 2,000 records.
     static let trimThreshold = Int64(ringSlots * recordSize) + (8 << 20)
 

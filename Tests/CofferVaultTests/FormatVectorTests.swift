@@ -68,6 +68,16 @@ final class FormatVectorTests: XCTestCase {
         out.append(("slot_recovery_wrapped",
                     Vault.wrap(master, with: RecoveryKey.wrappingKey(recovery), kind: "recovery", config: config,
                                nonce: bytes(from: 0x90, count: 24)).wrappedKey))
+
+        // The undo-journal record of content block 3 (§11): header, old slot, zeros.
+        var record = UndoJournal.Record(fileID: fileID, block: 3, oldLength: 100, newNonce: bytes(from: 0x70, count: 24), sealed: block)
+        record.sequence = 1
+        let encoded = record.encoded
+        XCTAssertEqual(encoded.count, 4208)
+        XCTAssertEqual(Array(encoded[72..<212]), block)
+        XCTAssertTrue(encoded[212...].allSatisfy { $0 == 0 })
+        XCTAssertEqual(UndoJournal.Record(parsing: encoded)?.sealed, block)
+        out.append(("journal_record_header", hex(Array(encoded.prefix(72)))))
         return out
     }
 

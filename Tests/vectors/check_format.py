@@ -466,6 +466,16 @@ def main() -> int:
     opened = unwrap_key_slot(kek_r, vectors["slot_recovery_wrapped"], canonical, "recovery")
     check("roundtrip:recovery_slot_opens", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
 
+    # §11 undo-journal record of content block 3: header, old slot, zeros to 4208 bytes
+    old_slot = content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX, BLOCK_NONCE, BLOCK_PLAINTEXT)
+    header = (b"cofferU1" + FILE_ID + u64(BLOCK_INDEX) + u64(1) + u32(len(BLOCK_PLAINTEXT)) + u32(0)
+              + seq(0x70, 0x87))
+    check("journal_record_header", header.hex())
+    record = header + old_slot + bytes(4208 - len(header) - len(old_slot))
+    opened = aead_open(keys[SUBKEY_CONTENT], record[72:96], record[96:72 + len(old_slot)],
+                       FILE_ID + u64(BLOCK_INDEX))
+    check("roundtrip:journal_record_slot_opens", repr(opened), repr(BLOCK_PLAINTEXT))
+
     # every vector of the document must have been checked
     checked = {name for name, _, _ in results}
     for name in sorted(set(vectors) - checked):
