@@ -264,7 +264,7 @@ public struct ContentFile {
         // when the write also grows the file.
         var slots = kept
         if let recordedBlocks = safety?.journal.recordedBlocks(id) {
-            for block in recordedBlocks.sorted() where (firstBlock...lastBlock).contains(block)
+            for block in recordedBlocks where (firstBlock...lastBlock).contains(block)
                 && block * BlockLayout.plainBlockSize < plainSize && !slots.contains(where: { $0.index == block }) {
                 slots.append(try readSlot(block, plainSize: plainSize, fileID: id))
             }

@@ -85,12 +85,15 @@ public final class UndoJournal: @unchecked Sendable {
     // Guarded by `lock`:
     private var fd: Int32
     /// End of the durable records.
-    private var size: Int64
+    private var size: Int64 = 0
     private var nextRingSlot = 0
     private var sequence: UInt64 = 1
-    /// Blocks with a record, per file: a rewrite of such a block is always recorded,
-    /// so that the newest record of a block describes its last rewrite.
-    private var recorded: [FileID: Set<Int64>] = [:]
+    /// Records on the disk, counted per file and block: a rewrite of such a block is
+    /// always recorded, so that the newest record of a block describes its last rewrite.
+    /// A ring record stops counting when its slot is reused, so this stays small.
+    private var recorded: [FileID: [Int64: Int]] = [:]
+    /// What each ring slot holds.
+    private var ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: ringSlots)
     /// Records found at open (left by an earlier daemon), newest per block, until each
     /// file has been checked: they are what a crash may need.
     private var pending: [FileID: [Int64: Record]] = [:]
@@ -101,17 +104,18 @@ public final class UndoJournal: @unchecked Sendable {
         self.directory = directory
         let file = try Self.openFile(in: directory, readOnly: readOnly)
         fd = file
-        let count = Int(try Sys.stat(file).st_size) / Self.recordSize
+        let records = Int(try Sys.stat(file).st_size) / Self.recordSize
         var buffer = [UInt8](repeating: 0, count: Self.recordSize)
-        for i in 0..<count {
+        for i in 0..<records {
             let n = try buffer.withUnsafeMutableBytes { try Sys.readFully(file, into: $0, at: Int64(i * Self.recordSize)) }
             guard n == Self.recordSize, let record = Record(parsing: buffer) else { continue }
             sequence = max(sequence, record.sequence + 1)
+            count(record.fileID, record.block, +1)
+            if i < Self.ringSlots { ring[i] = (record.fileID, record.block) }
             if let newer = pending[record.fileID]?[record.block], newer.sequence > record.sequence { continue }
             pending[record.fileID, default: [:]][record.block] = record
-            recorded[record.fileID, default: []].insert(record.block)
         }
-        size = Int64(max(count, Self.ringSlots) * Self.recordSize)
+        size = Int64(max(records, Self.ringSlots) * Self.recordSize)
     }
 
     deinit { Sys.close(fd) }
@@ -139,7 +143,18 @@ public final class UndoJournal: @unchecked Sendable {
     public func checked(_ fileID: FileID) { lock.withLock { _ = pending.removeValue(forKey: fileID) } }
 
     /// The blocks of `fileID` that have a record (a rewrite of them always needs one).
-    public func recordedBlocks(_ fileID: FileID) -> Set<Int64>? { lock.withLock { recorded[fileID] } }
+    public func recordedBlocks(_ fileID: FileID) -> Dictionary<Int64, Int>.Keys? { lock.withLock { recorded[fileID]?.keys } }
+
+    /// Counts a record of `block` of `fileID` in (+1) or out (-1); guarded by `lock`.
+    private func count(_ fileID: FileID, _ block: Int64, _ delta: Int) {
+        let n = (recorded[fileID]?[block] ?? 0) + delta
+        if n > 0 {
+            recorded[fileID, default: [:]][block] = n
+        } else {
+            recorded[fileID]?[block] = nil
+            if recorded[fileID]?.isEmpty == true { recorded[fileID] = nil }
+        }
+    }
 
     /// Runs a recorded rewrite — `body` appends its records, then writes the slots —
     /// so that dropping records never meets it half done.
@@ -158,14 +173,17 @@ public final class UndoJournal: @unchecked Sendable {
             for i in records.indices {
                 records[i].sequence = sequence
                 sequence += 1
-                recorded[records[i].fileID, default: []].insert(records[i].block)
+                count(records[i].fileID, records[i].block, +1)
             }
-            let count = Int64(records.count * Self.recordSize)
             if durable {
-                defer { size += count }
+                defer { size += Int64(records.count * Self.recordSize) }
                 return (fd, size)
             }
             if nextRingSlot + records.count > Self.ringSlots { nextRingSlot = 0 }
+            for (i, record) in records.enumerated() {
+                if let old = ring[nextRingSlot + i] { count(old.fileID, old.block, -1) }
+                ring[nextRingSlot + i] = (record.fileID, record.block)
+            }
             defer { nextRingSlot += records.count }
             return (fd, Int64(nextRingSlot * Self.recordSize))
         }
@@ -196,7 +214,8 @@ public final class UndoJournal: @unchecked Sendable {
             lock.withLock {
                 size = Int64(bytes.count)
                 nextRingSlot = 0
-                recorded = pending.mapValues { Set($0.keys) }
+                ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: Self.ringSlots)
+                recorded = pending.mapValues { $0.mapValues { _ in 1 } }
             }
         }
     }
