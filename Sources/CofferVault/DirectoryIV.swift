@@ -44,6 +44,8 @@ public enum DirectoryIV {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64)
         } catch let error as Errno where error.code == ENOENT {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is missing")
+        } catch let error as Errno where error.code == EINVAL {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file")
         }
         guard bytes.count == NameCipher.ivSize else {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(NameCipher.ivSize)")

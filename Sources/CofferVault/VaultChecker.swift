@@ -106,7 +106,7 @@ public final class VaultChecker {
     private func checkFile(_ backingName: String, in dir: Int32, path: String) {
         summary.files += 1
         let fd: Int32
-        do { fd = try Sys.open(backingName, in: dir, flags: O_RDONLY | O_NOFOLLOW) } catch {
+        do { fd = try Sys.openRegular(backingName, in: dir) } catch {
             return problem(path, "cannot open: \(error)")
         }
         defer { Sys.close(fd) }

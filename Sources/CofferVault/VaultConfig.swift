@@ -107,6 +107,8 @@ public struct VaultConfig: Codable, Equatable {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64 << 10)
         } catch let error as Errno where error.code == ENOENT {
             throw VaultError.notAVault(path: path)
+        } catch let error as Errno where error.code == EINVAL {
+            throw VaultError.configMalformed(reason: "\(fileName) is not a regular file")
         }
         return try parse(bytes)
     }

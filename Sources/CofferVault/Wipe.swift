@@ -10,11 +10,11 @@ extension Vault {
     /// old copies of the blocks may survive physically; the key slots were only ever
     /// stored there wrapped, so what survives still needs the passphrase or recovery key.
     public func wipe() throws {
-        let fd = try Sys.open(VaultConfig.fileName, in: rootFD, flags: O_RDONLY | O_NOFOLLOW)
+        let fd = try Sys.openRegular(VaultConfig.fileName, in: rootFD)
         let size = Int(try Sys.stat(fd).st_size)
         Sys.close(fd)
         try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(rootFD)/\(VaultConfig.fileName)", 0o600) }
-        let writable = try Sys.open(VaultConfig.fileName, in: rootFD, flags: O_WRONLY | O_NOFOLLOW)
+        let writable = try Sys.openRegular(VaultConfig.fileName, in: rootFD, flags: O_WRONLY)
         defer { Sys.close(writable) }
         for _ in 0..<2 {
             let noise = Sodium.randomArray(count: size)
