@@ -205,7 +205,7 @@ public struct ContentFile {
             byteCount: prefix + ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
         defer { sealed.deallocate() }
         if let header { header.bytes.withUnsafeBytes { sealed.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: prefix) } }
-        cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
+        try cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
                               into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix...]))
         try Sys.writeFully(fd, UnsafeRawBufferPointer(sealed), at: BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix))
     }
