@@ -126,6 +126,8 @@ public final class Gate: @unchecked Sendable {
         // entries — so that afterwards every lookup asks the daemon, which answers EACCES.
         if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
         fs.forgetCachedEntries { parent, name in caches?.invalidateEntry(parent, name) }
+        // Freed heap pages that held plaintext go back to the kernel (which zeroes them).
+        Sys.releaseFreeMemory()
         since = Date()
         log("locked (\(reason)); keys wiped")
     }

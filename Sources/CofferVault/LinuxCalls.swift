@@ -30,6 +30,7 @@ enum LinuxCalls {
     static let getxattr = resolve("getxattr", as: (@convention(c) (PathPtr, PathPtr, UnsafeMutableRawPointer?, Int) -> Int).self)
     static let listxattr = resolve("listxattr", as: (@convention(c) (PathPtr, UnsafeMutablePointer<CChar>?, Int) -> Int).self)
     static let removexattr = resolve("removexattr", as: (@convention(c) (PathPtr, PathPtr) -> Int32).self)
+    static let mallocTrim = resolve("malloc_trim", as: (@convention(c) (Int) -> Int32).self)
     static let pipe2 = resolve("pipe2", as: (@convention(c) (UnsafeMutablePointer<Int32>?, Int32) -> Int32).self)
     static let addClosefrom = resolve("posix_spawn_file_actions_addclosefrom_np",
                                       as: (@convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32).self)
@@ -50,6 +51,10 @@ extension Sys {
         let rc = LinuxCalls.addClosefrom(actions, lowest)
         guard rc == 0 else { throw Errno(rc, "posix_spawn_file_actions_addclosefrom_np") }
     }
+
+    /// malloc_trim(3) with no padding: free heap pages go back to the kernel, which
+    /// hands out only zeroed pages, so what freed memory held is gone.
+    public static func releaseFreeMemory() { _ = LinuxCalls.mallocTrim(0) }
 
     /// renameat2(2).
     public static func rename(_ from: String, in fromDir: Int32, to: String, in toDir: Int32, flags: UInt32) throws {

@@ -290,6 +290,36 @@ final class HostileHostTests: EndToEndCase {
         XCTAssertFalse(r.stdout.contains("VISIBLE") || r.stdout.contains("NOT EACCES"), r.stdout)
     }
 
+    /// Reads every readable mapping of the daemon (as root, through /proc/PID/mem) after
+    /// a lock: file contents written and read before the lock are nowhere in it.
+    func testAfterALockTheDaemonsMemoryHoldsNoFileContents() {
+        let vault = mountedVault()
+        let marker = "CONTENTMARKER-\(UInt32.random(in: 0...UInt32.max))-"
+        let script = """
+            import json, os, subprocess, sys
+            coffer, m, marker = sys.argv[1:4]
+            with open(os.path.join(m, "file"), "w") as f: f.write(marker * 5000)
+            with open(os.path.join(m, "small"), "w") as f: f.write(marker)
+            for name in ("file", "small"):
+                assert open(os.path.join(m, name)).read().startswith(marker)
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
+            found = 0
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in maps:
+                    fields = line.split()
+                    if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]")): continue
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    try:
+                        mem.seek(lo); found += mem.read(hi - lo).count(marker.encode())
+                    except OSError:
+                        pass
+            print("copies", found)
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, marker], timeout: 120)
+        XCTAssertTrue(r.stdout.contains("copies 0\n"), "file contents in the daemon's memory after lock: \(r.stdout) \(r.stderr)")
+    }
+
     // MARK: 9. Secrets in clients, the daemon's log file
 
     func testUnlockIsNotDumpableWhileItReadsThePassphrase() {
@@ -327,6 +357,15 @@ final class HostileHostTests: EndToEndCase {
         let open = coffer(["mount", "--passfile", vault.passfile, "--log-file", shared + "/coffer.log", vault.cipherdir, vault.mountpoint])
         XCTAssertEqual(open.status, 42, open.stderr)
         XCTAssertFalse(vault.isMounted)
+    }
+
+    // MARK: 10. The launcher
+
+    func testMountWorksForACallerWhoseStandardInputAndOutputAreClosed() {
+        let vault = MountedVault(scratch: scratch)
+        let r = Harness.sh("\(Harness.coffer) mount --passfile \(vault.passfile) \(vault.cipherdir) \(vault.mountpoint) <&- >&- && echo mounted >&2 || echo status=$? >&2")
+        XCTAssertTrue(r.stderr.contains("mounted"), r.stderr)
+        XCTAssertTrue(vault.isMounted)
     }
 
     /// A locked mount whose control socket (in the scratch directory) other users can reach.
