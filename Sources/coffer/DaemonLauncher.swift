@@ -17,13 +17,7 @@ struct DaemonLauncher {
     /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
     /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
     static func spawn(arguments: [String]) throws -> DaemonLauncher {
-        let statusPipe = try Sys.pipe()
-        let secretPipe: (read: Int32, write: Int32)
-        do { secretPipe = try Sys.pipe() } catch {
-            close(statusPipe.read); close(statusPipe.write)
-            throw error
-        }
-        let status = [statusPipe.read, statusPipe.write], secret = [secretPipe.read, secretPipe.write]
+        let (status, secret) = try twoPipes()
         let pid: pid_t
         do {
             pid = try spawnSelf(arguments, descriptors: [3: status[1], 4: secret[0]], newSession: true)
@@ -34,6 +28,19 @@ struct DaemonLauncher {
         close(status[1])
         close(secret[0])
         return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
+    }
+
+    /// Two close-on-exec pipes, each as [read end, write end].
+    static func twoPipes() throws -> ([Int32], [Int32]) {
+        let first = try Sys.pipe()
+        do {
+            let second = try Sys.pipe()
+            return ([first.read, first.write], [second.read, second.write])
+        } catch {
+            close(first.read)
+            close(first.write)
+            throw error
+        }
     }
 
     /// posix_spawn of this very binary with `arguments`. In the child, each key of

@@ -12,13 +12,7 @@ enum KDFHelper {
     /// The request: u64 opsLimit ‖ u64 memLimit ‖ salt (16) ‖ u32 passphrase length ‖ passphrase.
     /// The answer: one status byte (0: ok) ‖ 32 key bytes.
     static func derive(passphrase: SecureBytes, salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
-        let requestPipe = try Sys.pipe()
-        let answerPipe: (read: Int32, write: Int32)
-        do { answerPipe = try Sys.pipe() } catch {
-            close(requestPipe.read); close(requestPipe.write)
-            throw error
-        }
-        let request = [requestPipe.read, requestPipe.write], answer = [answerPipe.read, answerPipe.write]
+        let (request, answer) = try DaemonLauncher.twoPipes()
         let pid: pid_t
         do {
             pid = try DaemonLauncher.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
