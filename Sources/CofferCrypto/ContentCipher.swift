@@ -54,7 +54,12 @@ public struct ContentCipher: Sendable {
     /// into `ciphertext`, which must hold `cipherLength(plainLength:)` bytes.
     /// Nonces come from the thread's NoncePool; nothing is allocated on the heap.
     public func seal(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
-                     into ciphertext: UnsafeMutableRawBufferPointer) {
+                     into ciphertext: UnsafeMutableRawBufferPointer) throws {
+        try key.lend { sealRun(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext, key: $0) }
+    }
+
+    private func sealRun(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                         into ciphertext: UnsafeMutableRawBufferPointer, key: UnsafePointer<UInt8>) {
         let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
         precondition(ciphertext.count >= Self.cipherLength(plainLength: plaintext.count))
         guard blocks > 0 else { return }
@@ -62,7 +67,7 @@ public struct ContentCipher: Sendable {
             NoncePool.current.fill(UnsafeMutableRawBufferPointer(nonces))
             for i in 0..<blocks {
                 sealOne(plaintext, block: i, firstBlock: firstBlock, fileID: fileID,
-                        nonce: UnsafeRawPointer(nonces.baseAddress! + i * Self.nonceSize), into: ciphertext)
+                        nonce: UnsafeRawPointer(nonces.baseAddress! + i * Self.nonceSize), into: ciphertext, key: key)
             }
         }
     }
@@ -74,19 +79,20 @@ public struct ContentCipher: Sendable {
 
     /// Like `seal`, with long runs split across the CPU cores.
     public func sealInParallel(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
-                               into ciphertext: UnsafeMutableRawBufferPointer) {
+                               into ciphertext: UnsafeMutableRawBufferPointer) throws {
         let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
         let parts = Self.parts(blocks)
-        guard parts > 1 else { return seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
+        guard parts > 1 else { return try seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
         let perPart = (blocks + parts - 1) / parts
-        DispatchQueue.concurrentPerform(iterations: parts) { part in
+        try key.lend { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
             let first = part * perPart
             let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
             guard !plainRange.isEmpty else { return }
             let cipherStart = first * Self.cipherBlockSize
-            seal(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
-                 into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]))
-        }
+            sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
+                    into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
+                    key: key)
+        } }
     }
 
     /// Like `open`, with long runs split across the CPU cores; throws for the first bad
@@ -105,18 +111,18 @@ public struct ContentCipher: Sendable {
         let totals = UnsafeMutableBufferPointer<Int>.allocate(capacity: parts)
         totals.initialize(repeating: 0)
         defer { totals.deallocate() }
-        DispatchQueue.concurrentPerform(iterations: parts) { part in
+        try key.lend { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
             let first = part * perPart
             let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
             guard !cipherRange.isEmpty else { return }
             let plainStart = first * Self.blockSize
             do {
-                totals[part] = try open(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
-                                        fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]))
+                totals[part] = try openRun(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
+                                           fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]), key: key)
             } catch {
                 failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
             }
-        }
+        } }
         if let failure = failures.first(where: { $0 != nil }) { throw failure! }
         for part in 0..<parts { total += totals[part] }
         return total
@@ -132,18 +138,20 @@ public struct ContentCipher: Sendable {
     /// reusing a nonce under the same key would break confidentiality.
     public func sealBlockWithFixedNonce(_ plaintext: UnsafeRawBufferPointer, blockIndex: UInt64,
                                         fileID: FileID, nonce: [UInt8],
-                                        into ciphertext: UnsafeMutableRawBufferPointer) {
+                                        into ciphertext: UnsafeMutableRawBufferPointer) throws {
         precondition(plaintext.count <= Self.blockSize && nonce.count == Self.nonceSize)
-        nonce.withUnsafeBytes { n in
-            sealOne(plaintext, block: 0, firstBlock: blockIndex, fileID: fileID,
-                    nonce: n.baseAddress!, into: ciphertext)
+        try key.lend { key in
+            nonce.withUnsafeBytes { n in
+                sealOne(plaintext, block: 0, firstBlock: blockIndex, fileID: fileID,
+                        nonce: n.baseAddress!, into: ciphertext, key: key)
+            }
         }
     }
 
     @inline(__always)
     private func sealOne(_ plaintext: UnsafeRawBufferPointer, block i: Int, firstBlock: UInt64,
                          fileID: FileID, nonce: UnsafeRawPointer,
-                         into ciphertext: UnsafeMutableRawBufferPointer) {
+                         into ciphertext: UnsafeMutableRawBufferPointer, key: UnsafePointer<UInt8>) {
         let plainStart = i * Self.blockSize
         let plainCount = Swift.min(Self.blockSize, plaintext.count - plainStart)
         let out = ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self) + i * Self.cipherBlockSize
@@ -153,7 +161,7 @@ public struct ContentCipher: Sendable {
             _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
                 out + Self.nonceSize, &written,
                 plaintext.baseAddress!.assumingMemoryBound(to: UInt8.self) + plainStart, UInt64(plainCount),
-                ad.baseAddress, UInt64(ad.count), nil, out, key.bytes)
+                ad.baseAddress, UInt64(ad.count), nil, out, key)
         }
     }
 
@@ -163,6 +171,11 @@ public struct ContentCipher: Sendable {
     @discardableResult
     public func open(_ ciphertext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
                      into plaintext: UnsafeMutableRawBufferPointer) throws -> Int {
+        try key.lend { try openRun(ciphertext, firstBlock: firstBlock, fileID: fileID, into: plaintext, key: $0) }
+    }
+
+    private func openRun(_ ciphertext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
+                         into plaintext: UnsafeMutableRawBufferPointer, key: UnsafePointer<UInt8>) throws -> Int {
         var cipherOffset = 0, plainOffset = 0, index = firstBlock
         let cbase = ciphertext.baseAddress?.assumingMemoryBound(to: UInt8.self)
         let pbase = plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self)
@@ -181,7 +194,7 @@ public struct ContentCipher: Sendable {
                     var written: UInt64 = 0
                     return crypto_aead_xchacha20poly1305_ietf_decrypt(
                         pbase! + plainOffset, &written, nil, block + Self.nonceSize,
-                        UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block, key.bytes)
+                        UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block, key)
                 }
                 guard rc == 0 else { throw CryptoError.blockAuthenticationFailed(blockIndex: index) }
             }

@@ -12,6 +12,8 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
     case kdfFailed
     /// Input that cannot be decoded (bad base64, wrong length).
     case malformed(what: String)
+    /// The key was retired (the vault was locked) while an operation still held it.
+    case keyRetired
 
     public var description: String {
         switch self {
@@ -21,6 +23,7 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
         case .sealedAuthenticationFailed(let what): return "\(what) failed authentication"
         case .kdfFailed: return "the passphrase key derivation failed (out of memory?)"
         case .malformed(let what): return "malformed \(what)"
+        case .keyRetired: return "the key was wiped (the vault was locked)"
         }
     }
 }

@@ -68,11 +68,12 @@ public final class KeySet: @unchecked Sendable {
         metadata = SealedBox(key: master.subkey(.metadata))
     }
 
-    /// Zeroes every subkey. The KeySet must not be used afterwards.
+    /// Zeroes every subkey, also while operations still hold this KeySet: their next
+    /// use of a key throws `CryptoError.keyRetired` instead of computing with zeros.
     public func wipe() {
-        content.key.wipe()
+        content.key.retire()
         names.wipe()
         xattrNames.wipe()
-        metadata.key.wipe()
+        metadata.key.retire()
     }
 }

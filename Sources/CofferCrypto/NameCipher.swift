@@ -29,8 +29,8 @@ public final class NameCipher: @unchecked Sendable {
     }
 
     func wipe() {
-        macKey.wipe()
-        streamKey.wipe()
+        macKey.retire()
+        streamKey.retire()
     }
 
     /// Length of the encrypted form of a plaintext name of `length` bytes.
@@ -39,15 +39,15 @@ public final class NameCipher: @unchecked Sendable {
     }
 
     /// Encrypts `name` (raw bytes, any length ≥ 1) for the directory with IV `dirIV`.
-    public func encrypt(_ name: [UInt8], dirIV: [UInt8]) -> [UInt8] {
+    public func encrypt(_ name: [UInt8], dirIV: [UInt8]) throws -> [UInt8] {
         precondition(dirIV.count == Self.ivSize && !name.isEmpty)
         let padLength = Self.padding - name.count % Self.padding
         var padded = name
         padded.append(contentsOf: repeatElement(UInt8(padLength), count: padLength))
         var out = [UInt8](repeating: 0, count: Self.sivSize + padded.count)
-        out.withUnsafeMutableBufferPointer { o in
-            syntheticIV(dirIV: dirIV, padded: padded, into: o.baseAddress!)
-            xorStream(padded, siv: o.baseAddress!, into: o.baseAddress! + Self.sivSize)
+        try out.withUnsafeMutableBufferPointer { o in
+            try syntheticIV(dirIV: dirIV, padded: padded, into: o.baseAddress!)
+            try xorStream(padded, siv: o.baseAddress!, into: o.baseAddress! + Self.sivSize)
         }
         return out
     }
@@ -61,13 +61,13 @@ public final class NameCipher: @unchecked Sendable {
             throw CryptoError.nameAuthenticationFailed
         }
         var padded = [UInt8](repeating: 0, count: bodyLength)
-        let ok = encrypted.withUnsafeBufferPointer { e -> Bool in
+        let ok = try encrypted.withUnsafeBufferPointer { e -> Bool in
             let siv = e.baseAddress!
-            padded.withUnsafeMutableBufferPointer { p in
-                xorStream(Array(e[Self.sivSize...]), siv: siv, into: p.baseAddress!)
+            try padded.withUnsafeMutableBufferPointer { p in
+                try xorStream(Array(e[Self.sivSize...]), siv: siv, into: p.baseAddress!)
             }
             var expected = [UInt8](repeating: 0, count: Self.sivSize)
-            syntheticIV(dirIV: dirIV, padded: padded, into: &expected)
+            try syntheticIV(dirIV: dirIV, padded: padded, into: &expected)
             return sodium_memcmp(expected, siv, Self.sivSize) == 0
         }
         guard ok else { throw CryptoError.nameAuthenticationFailed }
@@ -79,14 +79,14 @@ public final class NameCipher: @unchecked Sendable {
         return Array(padded.dropLast(padLength))
     }
 
-    private func syntheticIV(dirIV: [UInt8], padded: [UInt8], into out: UnsafeMutablePointer<UInt8>) {
+    private func syntheticIV(dirIV: [UInt8], padded: [UInt8], into out: UnsafeMutablePointer<UInt8>) throws {
         let input = dirIV + padded
-        crypto_generichash(out, Self.sivSize, input, UInt64(input.count), macKey.bytes, macKey.count)
+        _ = try macKey.lend { crypto_generichash(out, Self.sivSize, input, UInt64(input.count), $0, macKey.count) }
     }
 
-    private func xorStream(_ input: [UInt8], siv: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) {
+    private func xorStream(_ input: [UInt8], siv: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) throws {
         var nonce = [UInt8](repeating: 0, count: Int(crypto_stream_xchacha20_NONCEBYTES))
         for i in 0..<Self.sivSize { nonce[i] = siv[i] }
-        crypto_stream_xchacha20_xor(out, input, UInt64(input.count), nonce, streamKey.bytes)
+        _ = try streamKey.lend { crypto_stream_xchacha20_xor(out, input, UInt64(input.count), nonce, $0) }
     }
 }

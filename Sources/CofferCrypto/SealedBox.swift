@@ -18,25 +18,27 @@ public struct SealedBox: Sendable {
     }
 
     /// Seals `plaintext` with `associatedData` under a fresh random nonce.
-    public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8]) -> [UInt8] {
+    public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8]) throws -> [UInt8] {
         var nonce = [UInt8](repeating: 0, count: Self.nonceSize)
         nonce.withUnsafeMutableBytes { Sodium.randomBytes($0) }
-        return seal(plaintext, associatedData: associatedData, nonce: nonce)
+        return try seal(plaintext, associatedData: associatedData, nonce: nonce)
     }
 
     /// Seals with a caller-chosen nonce. Only known-answer tests may call this with a
     /// fixed nonce; production callers use `seal(_:associatedData:)`.
-    public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], nonce: [UInt8]) -> [UInt8] {
+    public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         precondition(nonce.count == Self.nonceSize)
         var out = [UInt8](repeating: 0, count: plaintext.count + Self.overhead)
-        out.withUnsafeMutableBufferPointer { o in
+        try out.withUnsafeMutableBufferPointer { o in
             let base = o.baseAddress!
             base.update(from: nonce, count: Self.nonceSize)
             var written: UInt64 = 0
-            _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
-                base + Self.nonceSize, &written,
-                plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
-                associatedData, UInt64(associatedData.count), nil, base, key.bytes)
+            _ = try key.lend { key in
+                crypto_aead_xchacha20poly1305_ietf_encrypt(
+                    base + Self.nonceSize, &written,
+                    plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
+                    associatedData, UInt64(associatedData.count), nil, base, key)
+            }
         }
         return out
     }
@@ -45,12 +47,14 @@ public struct SealedBox: Sendable {
     public func open(_ sealed: [UInt8], associatedData: [UInt8], what: String) throws -> SecureBytes {
         guard sealed.count >= Self.overhead else { throw CryptoError.malformed(what: what) }
         let plain = SecureBytes(count: sealed.count - Self.overhead)
-        let rc = sealed.withUnsafeBufferPointer { s -> Int32 in
+        let rc = try sealed.withUnsafeBufferPointer { s -> Int32 in
             var written: UInt64 = 0
-            return crypto_aead_xchacha20poly1305_ietf_decrypt(
-                plain.bytes, &written, nil, s.baseAddress! + Self.nonceSize,
-                UInt64(sealed.count - Self.nonceSize), associatedData, UInt64(associatedData.count),
-                s.baseAddress!, key.bytes)
+            return try key.lend { key in
+                crypto_aead_xchacha20poly1305_ietf_decrypt(
+                    plain.bytes, &written, nil, s.baseAddress! + Self.nonceSize,
+                    UInt64(sealed.count - Self.nonceSize), associatedData, UInt64(associatedData.count),
+                    s.baseAddress!, key)
+            }
         }
         guard rc == 0 else { throw CryptoError.sealedAuthenticationFailed(what: what) }
         return plain

@@ -1,6 +1,8 @@
 // SecureBytes holds a key or a passphrase in sodium_malloc memory: guard pages,
 // mlock'ed against swapping, zeroed when wiped or freed.
 import CSodium
+import Glibc
+import Synchronization
 
 /// A fixed-size secret buffer. Its bytes are only ever lent out through closures;
 /// nothing in the engine copies them into ordinary Swift arrays or strings.
@@ -8,6 +10,9 @@ public final class SecureBytes: @unchecked Sendable {
     /// Number of bytes in the buffer.
     public let count: Int
     private let base: UnsafeMutableRawPointer
+    /// Number of `lend` calls using the bytes now, plus `retiredBit` once `retire` began.
+    private let users = Atomic<Int>(0)
+    private static let retiredBit = 1 << 62
 
     /// A zero-filled secret buffer of `count` bytes (at least one byte is allocated).
     public init(count: Int) {
@@ -47,6 +52,24 @@ public final class SecureBytes: @unchecked Sendable {
 
     public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
         try body(UnsafeMutableRawBufferPointer(start: base, count: count))
+    }
+
+    /// Lends the bytes of a key for one computation (no I/O, no waiting inside `body`);
+    /// throws `keyRetired` once `retire` has begun, so a key is never used half-wiped.
+    public func lend<R>(_ body: (UnsafePointer<UInt8>) throws -> R) throws -> R {
+        let before = users.wrappingAdd(1, ordering: .acquiring).oldValue
+        defer { users.wrappingSubtract(1, ordering: .releasing) }
+        guard before & Self.retiredBit == 0 else { throw CryptoError.keyRetired }
+        return try body(bytes)
+    }
+
+    /// Zeroes the key for good while other threads may still hold this object: new
+    /// `lend` calls throw from now on, and the zeroing waits only for computations
+    /// already running (microseconds to milliseconds: `lend` bodies never block).
+    public func retire() {
+        users.bitwiseOr(Self.retiredBit, ordering: .acquiringAndReleasing)
+        while users.load(ordering: .acquiring) & ~Self.retiredBit != 0 { sched_yield() }
+        wipe()
     }
 
     /// Typed pointer to the first byte, for C calls that take `unsigned char *`.

@@ -139,12 +139,17 @@ enum FuseOperations {
         ops.read = { req, _, size, offset, fi in
             replying(req) {
                 let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-                defer { buffer.deallocate() }
-                let n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
+                var n = 0
+                // Plaintext must not linger in freed memory after a lock.
+                defer { explicit_bzero(buffer.baseAddress!, n); buffer.deallocate() }
+                n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
                 fuse_reply_buf(req, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), n)
             }
         }
         ops.write = { req, _, data, size, offset, fi in
+            // The plaintext stays in libfuse's request buffer until the next request
+            // overwrites it: zero it once it is sealed.
+            defer { if let data { explicit_bzero(UnsafeMutableRawPointer(mutating: data), size) } }
             replying(req) {
                 let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
                                           caller: caller(req))
@@ -297,8 +302,8 @@ private func readdir(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt6
         let fs = fs(req)
         let entries = try fs.readdir(handle, from: Int(offset))
         let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-        defer { buffer.deallocate() }
         var used = 0
+        defer { explicit_bzero(buffer, used); buffer.deallocate() }
         var next = Int(offset)
         var entered: [UInt64] = []
         for listed in entries {

@@ -43,6 +43,26 @@ public final class FuseSession {
         fs.onAttributesChanged = { [weak self] node in self?.invalidateAttributes(node: node) }
     }
 
+    /// The `-o` options libfuse refuses (unknown or malformed), checked by creating and
+    /// destroying a session with no operations, with libfuse's own complaint silenced.
+    public static func refusedOptions(_ extra: [String]) -> [String] {
+        fuse_set_log_func { _, _, _ in }
+        defer { fuse_set_log_func(nil) }
+        return extra.filter { option in
+            var ops = fuse_lowlevel_ops()
+            let arguments: [String] = ["coffer", "-o", option]
+            var cStrings = arguments.map { strdup($0) }
+            defer { cStrings.forEach { free($0) } }
+            let session = cStrings.withUnsafeMutableBufferPointer { argv -> OpaquePointer? in
+                var args = fuse_args(argc: Int32(argv.count), argv: argv.baseAddress, allocated: 0)
+                return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, nil)
+            }
+            guard let session else { return true }
+            fuse_session_destroy(session)
+            return false
+        }
+    }
+
     deinit {
         if let session {
             if mounted { fuse_session_unmount(session) }
@@ -94,7 +114,18 @@ extension FuseSession {
     /// Tells the kernel to drop its cached directory entry `name` in `parent`.
     @discardableResult
     public func invalidate(parent: UInt64, name: [UInt8]) -> Int32 {
-        let cName = name.map { CChar(bitPattern: $0) } + [0]
-        return fuse_lowlevel_notify_inval_entry(session, parent, cName, name.count)
+        name.withUnsafeBufferPointer { invalidate(parent: parent, name: $0) }
+    }
+
+    /// Tells the kernel to drop its cached directory entry `name` in `parent`; the
+    /// NUL-terminated copy it needs is zeroed afterwards (the name may be secret).
+    @discardableResult
+    public func invalidate(parent: UInt64, name: UnsafeBufferPointer<UInt8>) -> Int32 {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { cName in
+            defer { explicit_bzero(cName.baseAddress!, cName.count) }
+            name.withMemoryRebound(to: CChar.self) { _ = cName.initialize(from: $0) }
+            cName[name.count] = 0
+            return fuse_lowlevel_notify_inval_entry(session, parent, cName.baseAddress, name.count)
+        }
     }
 }

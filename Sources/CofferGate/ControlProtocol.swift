@@ -13,8 +13,35 @@ public enum ControlProtocol {
     public static let maxFrame = 64 << 10
     /// Largest secret accepted after an unlock request, in bytes.
     public static let maxSecret = 4096
-    /// Seconds a peer may take to send its request before the server gives up.
-    public static let readTimeout = 5
+    /// Seconds a peer may take to send its whole request (frame and secret) before the
+    /// server answers `timeout` and closes: a deadline for the request, not per read.
+    public static let requestDeadline = 5.0
+    /// Connections of the owner (or root) served at once, each by a thread started with
+    /// the server; for a connection beyond them the accepting thread collects the
+    /// request without blocking and answers a lock or status itself, so that a `lock`
+    /// always gets through.
+    public static let maxConnections = 8
+    /// Seconds the accepting thread waits for the request of a connection beyond
+    /// `maxConnections`, and how many such connections it waits on at once (a newer
+    /// one replaces the oldest).
+    public static let overflowDeadline = 1.0
+    public static let maxOverflow = 64
+}
+
+/// A point on the monotonic clock after which a read gives up.
+public struct Deadline {
+    let end: Double
+
+    public init(seconds: Double) { end = Deadline.now() + seconds }
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    /// Milliseconds left (0 once passed), for poll(2).
+    var remainingMilliseconds: Int32 { Int32(max(0, min((end - Deadline.now()) * 1000, Double(Int32.max))).rounded(.up)) }
 }
 
 /// What a client asks.
@@ -41,6 +68,27 @@ public struct ControlRequest: Codable, Equatable {
         self.secretLength = secretLength
     }
 }
+
+extension ControlRequest {
+    /// Decodes a request frame's JSON, or the failure to answer: not JSON, no version,
+    /// another version, or fields of the wrong type.
+    static func decode(_ body: [UInt8]) -> Result<ControlRequest, ControlResponse> {
+        struct Versioned: Decodable { var version: Int }
+        guard let version = try? JSONDecoder().decode(Versioned.self, from: Data(body)) else {
+            return .failure(.failure(ControlError.malformed, "the request is not a JSON object with a version"))
+        }
+        guard version.version == ControlProtocol.version else {
+            return .failure(.failure(ControlError.unsupportedVersion,
+                                     "protocol version \(version.version) is not supported (this daemon speaks \(ControlProtocol.version))"))
+        }
+        guard let decoded = try? JSONDecoder().decode(ControlRequest.self, from: Data(body)) else {
+            return .failure(.failure(ControlError.malformed, "the request does not have the fields of protocol version 1"))
+        }
+        return .success(decoded)
+    }
+}
+
+extension ControlResponse: Error {}
 
 /// The state a `status` request reports.
 public struct GateStatus: Codable, Equatable {
@@ -88,6 +136,8 @@ public enum ControlError {
     public static let wrongRecoveryKey = "wrong-recovery-key"
     public static let throttled = "retry-later"
     public static let wiped = "vault-wiped"
+    public static let configDamaged = "config-damaged"
+    public static let busy = "busy"
     public static let failed = "failed"
 }
 
@@ -100,20 +150,42 @@ enum Frames {
         return withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body
     }
 
-    static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Bool {
-        Sys.receive(fd, into: buffer)
+    /// Fills `buffer` from the stream, waiting (poll) no longer than `deadline` in all;
+    /// false if the stream ends or the deadline passes first.
+    static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, by deadline: Deadline) -> Bool {
+        var done = 0
+        while done < buffer.count {
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let rc = poll(&ready, 1, deadline.remainingMilliseconds)
+            if rc < 0 && errno == EINTR { continue }
+            guard rc > 0 else { return false }
+            let n = read(fd, buffer.baseAddress! + done, buffer.count - done)
+            if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+            guard n > 0 else { return false }
+            done += n
+        }
+        return true
     }
 
     enum ReadError: Error { case closed, tooLarge(Int) }
 
-    /// Reads one frame's JSON bytes (at most `ControlProtocol.maxFrame`).
-    static func readFrame(_ fd: Int32) throws -> [UInt8] {
+    /// Reads one frame's JSON bytes (at most `ControlProtocol.maxFrame`) by `deadline`.
+    static func readFrame(_ fd: Int32, by deadline: Deadline) throws -> [UInt8] {
         var header = [UInt8](repeating: 0, count: 4)
-        guard header.withUnsafeMutableBytes({ readExactly(fd, $0) }) else { throw ReadError.closed }
+        guard header.withUnsafeMutableBytes({ readExactly(fd, $0, by: deadline) }) else { throw ReadError.closed }
+        return try readBody(fd, header: header, by: deadline)
+    }
+
+    /// The length in a frame's 4-byte header, if within `ControlProtocol.maxFrame`.
+    static func length(of header: [UInt8]) throws -> Int {
         let length = Int(UInt32(header[0]) << 24 | UInt32(header[1]) << 16 | UInt32(header[2]) << 8 | UInt32(header[3]))
         guard length <= ControlProtocol.maxFrame else { throw ReadError.tooLarge(length) }
-        var body = [UInt8](repeating: 0, count: length)
-        guard body.withUnsafeMutableBytes({ readExactly(fd, $0) }) else { throw ReadError.closed }
+        return length
+    }
+
+    static func readBody(_ fd: Int32, header: [UInt8], by deadline: Deadline) throws -> [UInt8] {
+        var body = [UInt8](repeating: 0, count: try length(of: header))
+        guard body.withUnsafeMutableBytes({ readExactly(fd, $0, by: deadline) }) else { throw ReadError.closed }
         return body
     }
 
@@ -121,9 +193,13 @@ enum Frames {
         (try? bytes.withUnsafeBytes { try Sys.send(fd, $0) }) != nil
     }
 
-    /// Reads `length` secret bytes straight into secure memory.
-    static func readSecret(_ fd: Int32, length: Int) -> SecureBytes? {
+    /// Reads `length` secret bytes straight into secure memory by `deadline`.
+    static func readSecret(_ fd: Int32, length: Int, by deadline: Deadline) -> SecureBytes? {
         let secret = SecureBytes(count: length)
-        return secret.withUnsafeMutableBytes { readExactly(fd, $0) } ? secret : nil
+        guard secret.withUnsafeMutableBytes({ readExactly(fd, $0, by: deadline) }) else {
+            secret.wipe()
+            return nil
+        }
+        return secret
     }
 }

@@ -1,7 +1,7 @@
 // ControlServer listens on a mount's control socket: it serves only the mount's owner
-// and root (SO_PEERCRED), reads one request per connection with a size limit and a
-// timeout, and answers every malformed, oversized, truncated or unknown request with an
-// error instead of failing.
+// and root (SO_PEERCRED, checked before any work), on a fixed number of threads, reads
+// one request per connection by a whole-request deadline, and answers every malformed,
+// oversized, truncated or unknown request with an error instead of failing.
 import CofferCrypto
 import CofferVault
 import Foundation
@@ -31,7 +31,9 @@ public final class ControlServer: @unchecked Sendable {
         }
     }
 
-    /// Binds the socket (replacing a stale one, never a live one) and starts serving.
+    /// Binds the socket (replacing a stale one, never a live one) and starts serving:
+    /// `ControlProtocol.maxConnections` threads for the owner's connections, started
+    /// now, so that serving never depends on creating a thread, and one accepting.
     public func start() throws {
         var st = stat()
         if lstat(path, &st) == 0 {
@@ -43,13 +45,26 @@ public final class ControlServer: @unchecked Sendable {
             unlink(path)  // stale: its daemon is gone
         }
         listener = try UnixSocket.listen(at: path)
+        for i in 0..<ControlProtocol.maxConnections {
+            let worker = Thread { [self] in serveQueued() }
+            worker.name = "coffer-control-\(i)"
+            worker.start()
+        }
         let thread = Thread { [self] in acceptLoop() }
         thread.name = "coffer-control"
         thread.start()
     }
 
-    /// Stops accepting and removes the socket file.
+    /// Stops accepting, drops queued connections and removes the socket file. A request
+    /// already being served finishes; the gate refuses unlocks once it is shut down.
     public func stop() {
+        available.lock()
+        stopped = true
+        let queued = pending
+        pending = []
+        available.broadcast()
+        available.unlock()
+        queued.forEach { close($0) }
         if listener >= 0 {
             shutdown(listener, Int32(SHUT_RDWR))
             close(listener)
@@ -58,59 +73,175 @@ public final class ControlServer: @unchecked Sendable {
         unlink(path)
     }
 
+    // MARK: Accepting
+
+    /// Guards `pending`, `idle` and `stopped`; workers wait on it for a connection.
+    private let available = NSCondition()
+    /// Accepted connections of the owner or root, waiting for a worker.
+    private var pending: [Int32] = []
+    /// Workers waiting for a connection.
+    private var idle = 0
+    private var stopped = false
+    /// Refusals so far (accepting thread only), to log a flood by powers of two only.
+    private var refusals = 0
+
+    /// A connection of the owner accepted while every worker was busy: the accepting
+    /// thread collects its request without blocking, and answers a lock or a status
+    /// itself. Accepting thread only.
+    private struct Overflow {
+        let fd: Int32
+        let peer: UnixSocket.Credentials
+        let deadline: Deadline
+        var bytes: [UInt8] = []
+    }
+    private var overflow: [Overflow] = []
+
+    /// Waits (poll) for new connections and for the requests of overflow connections.
     private func acceptLoop() {
         while true {
-            let fd = accept(listener, nil, nil)
-            if fd < 0 {
-                switch errno {
-                case EINTR, ECONNABORTED: continue
-                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
-                    // Out of descriptors or memory for a moment: the socket must stay
-                    // usable (it is how the owner locks the vault), so wait and retry.
-                    usleep(100_000)
-                    continue
-                default: return  // the listener was closed by stop()
+            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
+                + overflow.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            let timeout = overflow.map(\.deadline.remainingMilliseconds).min() ?? -1
+            if poll(&fds, nfds_t(fds.count), timeout) < 0 && errno != EINTR { return }
+            for i in overflow.indices.reversed() {
+                if fds[i + 1].revents != 0 {
+                    advance(i)
+                } else if overflow[i].deadline.remainingMilliseconds == 0 {
+                    reply(overflow[i].fd, .failure(ControlError.timeout, "the request did not arrive in time"))
+                    close(overflow.remove(at: i).fd)
                 }
             }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            // One thread per connection: a slow client cannot hold up the others.
-            let thread = Thread { [self] in
-                serve(fd)
-                close(fd)
-            }
-            thread.start()
+            if fds[0].revents != 0 && !acceptOne() { return }
         }
     }
 
-    private func serve(_ fd: Int32) {
+    /// Accepts one connection; false once the listener is closed (stop()).
+    private func acceptOne() -> Bool {
+        let fd = accept(listener, nil, nil)
+        if fd < 0 {
+            switch errno {
+            case EINTR, ECONNABORTED, EAGAIN: return true
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                // Out of descriptors or memory for a moment: the socket must stay
+                // usable (it is how the owner locks the vault), so wait and retry.
+                usleep(100_000)
+                return true
+            default: return false
+            }
+        }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        // The peer is checked before anything else: another user's connection costs
+        // no thread and no wait, so a flood of them cannot hold up the owner.
         guard let peer = UnixSocket.peer(fd), peer.uid == owner || peer.uid == 0 else {
-            let uid = UnixSocket.peer(fd).map { String($0.uid) } ?? "?"
-            log("control socket: refused a connection from uid \(uid)")
-            reply(fd, .failure(ControlError.permissionDenied, "only the mount's owner may use its control socket"))
+            refuse(fd, uid: UnixSocket.peer(fd)?.uid)
+            return true
+        }
+        available.lock()
+        let queued = !stopped && idle > pending.count
+        if queued { pending.append(fd) }
+        available.unlock()
+        if queued {
+            available.signal()
+            return true
+        }
+        // Every worker is busy: collect the request here, without blocking. The oldest
+        // overflow connection makes room for the newest, so a flood of silent
+        // connections cannot keep out the owner's lock.
+        if overflow.count >= ControlProtocol.maxOverflow {
+            let oldest = overflow.removeFirst()
+            reply(oldest.fd, .failure(ControlError.busy, "the daemon is busy; try again"))
+            close(oldest.fd)
+        }
+        overflow.append(Overflow(fd: fd, peer: peer, deadline: Deadline(seconds: ControlProtocol.overflowDeadline)))
+        advance(overflow.count - 1)
+        return true
+    }
+
+    /// Reads what has arrived on overflow connection `i`; once its request is complete,
+    /// answers a status or a lock, and anything else with `busy`.
+    private func advance(_ i: Int) {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let n = recv(overflow[i].fd, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+        if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
+        guard n > 0 else { close(overflow.remove(at: i).fd); return }
+        overflow[i].bytes += chunk.prefix(n)
+        let connection = overflow[i]
+        guard connection.bytes.count >= 4 else { return }
+        let length: Int
+        do {
+            length = try Frames.length(of: Array(connection.bytes.prefix(4)))
+        } catch {
+            reply(connection.fd, .failure(ControlError.tooLarge, "the request exceeds the limit of \(ControlProtocol.maxFrame) bytes"))
+            close(overflow.remove(at: i).fd)
             return
         }
-        UnixSocket.setTimeout(fd, seconds: ControlProtocol.readTimeout)
-        let request: ControlRequest
-        do {
-            let body = try Frames.readFrame(fd)
-            struct Versioned: Decodable { var version: Int }
-            guard let version = try? JSONDecoder().decode(Versioned.self, from: Data(body)) else {
-                return reply(fd, .failure(ControlError.malformed, "the request is not a JSON object with a version"))
-            }
-            guard version.version == ControlProtocol.version else {
-                return reply(fd, .failure(ControlError.unsupportedVersion,
-                                          "protocol version \(version.version) is not supported (this daemon speaks \(ControlProtocol.version))"))
-            }
-            guard let decoded = try? JSONDecoder().decode(ControlRequest.self, from: Data(body)) else {
-                return reply(fd, .failure(ControlError.malformed, "the request does not have the fields of protocol version 1"))
-            }
-            request = decoded
-        } catch Frames.ReadError.tooLarge(let length) {
-            return reply(fd, .failure(ControlError.tooLarge, "a request of \(length) bytes exceeds the limit of \(ControlProtocol.maxFrame)"))
-        } catch {
-            return reply(fd, .failure(ControlError.timeout, "the request was truncated or did not arrive in time"))
+        guard connection.bytes.count >= 4 + length else { return }
+        overflow.remove(at: i)
+        let body = Array(connection.bytes[4..<4 + length])
+        if case .success(let request) = ControlRequest.decode(body), request.op == ControlRequest.Operation.unlock.rawValue {
+            reply(connection.fd, .failure(ControlError.busy, "the daemon is busy; try again"))
+        } else {
+            answer(connection.fd, body: body, peer: connection.peer, deadline: connection.deadline)
         }
+        close(connection.fd)
+    }
 
+    private func serveQueued() {
+        while true {
+            available.lock()
+            idle += 1
+            while pending.isEmpty && !stopped { available.wait() }
+            idle -= 1
+            if stopped {
+                available.unlock()
+                return
+            }
+            let fd = pending.removeFirst()
+            available.unlock()
+            if let peer = UnixSocket.peer(fd) {
+                serve(fd, peer: peer, deadline: Deadline(seconds: ControlProtocol.requestDeadline))
+            }
+            close(fd)
+        }
+    }
+
+    /// Answers another user's connection at once, without waiting for it: whatever of
+    /// the request has arrived is read (so that the peer sees the answer rather than a
+    /// reset connection), then the refusal is sent and the connection closed.
+    private func refuse(_ fd: Int32, uid: uid_t?) {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
+        UnixSocket.setTimeout(fd, seconds: 1)
+        reply(fd, .failure(ControlError.permissionDenied, "only the mount's owner may use its control socket"))
+        shutdown(fd, Int32(SHUT_WR))
+        for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
+        close(fd)
+        refusals += 1
+        if refusals.nonzeroBitCount == 1 || refusals < 10 {
+            log("control socket: refused a connection from uid \(uid.map(String.init) ?? "?") (\(refusals) refused so far)")
+        }
+    }
+
+    // MARK: Serving one request
+
+    private func serve(_ fd: Int32, peer: UnixSocket.Credentials, deadline: Deadline) {
+        UnixSocket.setTimeout(fd, seconds: Int(ControlProtocol.requestDeadline))
+        do {
+            answer(fd, body: try Frames.readFrame(fd, by: deadline), peer: peer, deadline: deadline)
+        } catch Frames.ReadError.tooLarge(let length) {
+            reply(fd, .failure(ControlError.tooLarge, "a request of \(length) bytes exceeds the limit of \(ControlProtocol.maxFrame)"))
+        } catch {
+            reply(fd, .failure(ControlError.timeout, "the request was truncated or did not arrive in time"))
+        }
+    }
+
+    /// Answers the request frame `body`; an unlock's secret is read from `fd` by `deadline`.
+    private func answer(_ fd: Int32, body: [UInt8], peer: UnixSocket.Credentials, deadline: Deadline) {
+        let request: ControlRequest
+        switch ControlRequest.decode(body) {
+        case .success(let decoded): request = decoded
+        case .failure(let refusal): return reply(fd, refusal)
+        }
         switch ControlRequest.Operation(rawValue: request.op) {
         case .status:
             reply(fd, .success("ok", status: gate.status()))
@@ -122,7 +253,7 @@ public final class ControlServer: @unchecked Sendable {
                   length > 0, length <= ControlProtocol.maxSecret else {
                 return reply(fd, .failure(ControlError.malformed, "unlock needs a secret kind and a length of 1…\(ControlProtocol.maxSecret) bytes"))
             }
-            guard let secret = Frames.readSecret(fd, length: length) else {
+            guard let secret = Frames.readSecret(fd, length: length, by: deadline) else {
                 return reply(fd, .failure(ControlError.timeout, "the secret was truncated or did not arrive in time"))
             }
             reply(fd, gate.unlock(secret: secret, kind: kind, peer: peer.uid))

@@ -11,11 +11,11 @@ public final class Gate: @unchecked Sendable {
     public struct KernelCaches: Sendable {
         /// Invalidate the cached pages and attributes of one node (writes back dirty pages).
         public var invalidateNode: @Sendable (UInt64) -> Void
-        /// Invalidate one cached directory entry.
-        public var invalidateEntry: @Sendable (UInt64, [UInt8]) -> Void
+        /// Invalidate one cached directory entry (the name's bytes are valid during the call).
+        public var invalidateEntry: @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void
 
         public init(invalidateNode: @escaping @Sendable (UInt64) -> Void,
-                    invalidateEntry: @escaping @Sendable (UInt64, [UInt8]) -> Void) {
+                    invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
             self.invalidateNode = invalidateNode
             self.invalidateEntry = invalidateEntry
         }
@@ -33,6 +33,8 @@ public final class Gate: @unchecked Sendable {
     private var throttle = UnlockThrottle()
     private var since = Date()
     private var wiped = false
+    /// Set by `shutDown`: the daemon is ending, no unlock is accepted any more.
+    private var closed = false
 
     private let derive: Vault.KeyDerivation
 
@@ -62,6 +64,7 @@ public final class Gate: @unchecked Sendable {
     public func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t) -> ControlResponse {
         lock.lock()
         defer { lock.unlock() }
+        if closed { return .failure(ControlError.failed, "the daemon is shutting down") }
         if fs.isUnlocked { return .success("already unlocked", status: statusLocked()) }
         if wiped { return .failure(ControlError.wiped, "the vault was wiped; it can never be unlocked again") }
         let wait = throttle.retryAfter
@@ -86,13 +89,17 @@ public final class Gate: @unchecked Sendable {
             log("unlock refused: \(error) (uid \(peer), failed attempt \(throttle.failures))")
             return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
                             error.description, retryAfter: throttle.retryAfter)
-        } catch CryptoError.malformed(let what) {
+        } catch CryptoError.malformed(let what) where kind == .recoveryKey {
             throttle.recordFailure()
             log("unlock refused: malformed recovery key (uid \(peer), failed attempt \(throttle.failures))")
             return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: throttle.retryAfter)
         } catch VaultError.notAVault {
             wiped = true
             return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
+        } catch let error as VaultError {
+            // A damaged config is not a wrong secret: reported as such, not charged to the throttle.
+            log("unlock failed: \(error)")
+            return .failure(ControlError.configDamaged, error.description)
         } catch {
             log("unlock failed: \(error)")
             return .failure(ControlError.failed, "\(error)")
@@ -113,14 +120,23 @@ public final class Gate: @unchecked Sendable {
         guard fs.isUnlocked else { return }
         if let idle, fs.idleSeconds < idle { return }
         if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
-        let entries = fs.lock()
-        if let caches {
-            // Nodes the kernel learnt during step 1 are in this fresh list too.
-            fs.knownNodes().forEach(caches.invalidateNode)
-            entries.forEach { caches.invalidateEntry($0.parent, $0.name) }
-        }
+        fs.lock()
+        // Nodes the kernel learnt during step 1 are in this fresh list too. Every name it
+        // may cache is dropped — also names given by rename and link, and negative
+        // entries — so that afterwards every lookup asks the daemon, which answers EACCES.
+        if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
+        fs.forgetCachedEntries { parent, name in caches?.invalidateEntry(parent, name) }
+        // Freed heap pages that held plaintext go back to the kernel (which zeroes them).
+        Sys.releaseFreeMemory()
         since = Date()
         log("locked (\(reason)); keys wiped")
+    }
+
+    /// Locks for good: the daemon is ending. An unlock that arrives afterwards (on a
+    /// connection accepted before the control server stopped) is refused.
+    public func shutDown() {
+        lock.withLock { closed = true }
+        lock(reason: "unmounted")
     }
 
     /// Marks the vault wiped and locks: no unlock will be accepted again.

@@ -5,7 +5,7 @@ import Glibc
 public enum AtomicFile {
     /// Writes `bytes` to `name` in directory `dir` atomically with permissions `mode`.
     public static func write(_ bytes: [UInt8], to name: String, in dir: Int32, mode: mode_t = 0o400) throws {
-        let temp = ".\(name).tmp.\(getpid())"
+        let temp = tempPrefix(of: name) + "\(getpid())"
         let fd = try Sys.open(temp, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
         do {
             defer { Sys.close(fd) }
@@ -23,6 +23,9 @@ public enum AtomicFile {
         }
         try syncDirectory(dir)
     }
+
+    /// How the names of the temp files of `name` begin (a crash may leave one behind).
+    public static func tempPrefix(of name: String) -> String { ".\(name).tmp." }
 
     /// fsync of a directory, so that a rename or create in it is durable.
     public static func syncDirectory(_ dir: Int32) throws {

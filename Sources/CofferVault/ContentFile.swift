@@ -255,7 +255,7 @@ public struct ContentFile {
             byteCount: prefix + ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
         defer { sealed.deallocate() }
         if let header { header.bytes.withUnsafeBytes { sealed.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: prefix) } }
-        cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
+        try cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
                               into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix...]))
         let start = BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix)
         let lastBlock = firstBlock + Int64((plain.count - 1) / ContentCipher.blockSize)

@@ -21,7 +21,7 @@ public enum DirectoryIV {
 
     /// fsyncs the IV file of `dir`.
     public static func sync(in dir: Int32) throws {
-        let fd = try Sys.open(fileName, in: dir, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK)
+        let fd = try Sys.openRegular(fileName, in: dir)
         defer { Sys.close(fd) }
         try Sys.fsync(fd)
     }
@@ -46,6 +46,8 @@ public enum DirectoryIV {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64)
         } catch let error as Errno where error.code == ENOENT {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is missing")
+        } catch let error as Errno where error.code == EINVAL {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file")
         }
         guard bytes.count == NameCipher.ivSize else {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(NameCipher.ivSize)")

@@ -31,9 +31,32 @@ enum LinuxCalls {
     static let listxattr = resolve("listxattr", as: (@convention(c) (PathPtr, UnsafeMutablePointer<CChar>?, Int) -> Int).self)
     static let removexattr = resolve("removexattr", as: (@convention(c) (PathPtr, PathPtr) -> Int32).self)
     static let syncfs = resolve("syncfs", as: (@convention(c) (Int32) -> Int32).self)
+    static let mallocTrim = resolve("malloc_trim", as: (@convention(c) (Int) -> Int32).self)
+    static let pipe2 = resolve("pipe2", as: (@convention(c) (UnsafeMutablePointer<Int32>?, Int32) -> Int32).self)
+    static let addClosefrom = resolve("posix_spawn_file_actions_addclosefrom_np",
+                                      as: (@convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32).self)
 }
 
 extension Sys {
+    /// pipe2(2) with O_CLOEXEC: (read end, write end), never inherited by a child unless
+    /// a spawn maps it explicitly.
+    public static func pipe() throws -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        try retryOnInterrupt("pipe2") { LinuxCalls.pipe2(&fds, O_CLOEXEC) }
+        return (fds[0], fds[1])
+    }
+
+    /// posix_spawn_file_actions_addclosefrom_np (glibc 2.34): the child closes every
+    /// descriptor from `lowest` up, without this process touching its own.
+    public static func addCloseFrom(_ actions: UnsafeMutablePointer<posix_spawn_file_actions_t>, _ lowest: Int32) throws {
+        let rc = LinuxCalls.addClosefrom(actions, lowest)
+        guard rc == 0 else { throw Errno(rc, "posix_spawn_file_actions_addclosefrom_np") }
+    }
+
+    /// malloc_trim(3) with no padding: free heap pages go back to the kernel, which
+    /// hands out only zeroed pages, so what freed memory held is gone.
+    public static func releaseFreeMemory() { _ = LinuxCalls.mallocTrim(0) }
+
     /// renameat2(2).
     public static func rename(_ from: String, in fromDir: Int32, to: String, in toDir: Int32, flags: UInt32) throws {
         try retryOnInterrupt("renameat2") { LinuxCalls.renameat2(fromDir, from, toDir, to, flags) }

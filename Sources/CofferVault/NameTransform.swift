@@ -52,7 +52,7 @@ public struct NameTransform {
     /// The backing name of plaintext `name` in the directory with IV `dirIV`.
     public func backingName(for name: [UInt8], dirIV: [UInt8]) throws -> BackingName {
         try Self.validate(name)
-        let encoded = Base64URL.encode(cipher.encrypt(name, dirIV: dirIV))
+        let encoded = Base64URL.encode(try cipher.encrypt(name, dirIV: dirIV))
         if encoded.utf8.count <= Self.maxBackingNameLength { return .short(encoded) }
         return .long(hashed: Self.longNamePrefix + Base64URL.encode(Hash.blake2b256(Array(encoded.utf8))),
                      encoded: encoded)

@@ -30,6 +30,8 @@ public final class Node: @unchecked Sendable {
     /// Last known parent and plaintext name, only for naming the file in damage reports.
     private var parent: Node?
     private var name: [UInt8] = []
+    /// Names the kernel may cache in this directory; made on first use.
+    private var cachedNames: EntryNames?
 
     init(fd: Int32, stat st: stat) {
         self.fd = fd
@@ -64,6 +66,22 @@ public final class Node: @unchecked Sendable {
     }
 
     func setDirectoryIV(_ iv: [UInt8]) { stateLock.withLock { cachedDirIV = iv } }
+
+    /// Records that the kernel may cache an entry (positive or negative) `name` here.
+    func rememberEntry(_ name: [UInt8]) {
+        stateLock.withLock {
+            if cachedNames == nil { cachedNames = EntryNames() }
+            return cachedNames!
+        }.insert(name)
+    }
+
+    /// Hands over the names the kernel may cache here, and starts a new record.
+    func takeCachedNames() -> EntryNames? {
+        stateLock.withLock {
+            defer { cachedNames = nil }
+            return cachedNames
+        }
+    }
 
     /// The last known parent.
     var knownParent: Node? { stateLock.withLock { parent } }

@@ -99,8 +99,9 @@ final class NodeTable: @unchecked Sendable {
 
     var count: Int { lock.withLock { byInode.count } }
 
-    func allEntries() -> [(parent: UInt64, name: [UInt8])] {
-        lock.withLock { byInode.values.compactMap { node in node.entry.map { (id(of: $0.parent), $0.name) } } }
+    /// Every node, the root included.
+    func allNodes() -> [Node] {
+        lock.withLock { Array(byInode.values) } + [root]
     }
 
     /// Drops every plaintext name kept for damage reports (at lock time).

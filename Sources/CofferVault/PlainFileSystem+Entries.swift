@@ -168,6 +168,7 @@ extension PlainFileSystem {
             let new = try self.newName(newName, in: to, keys: keys)
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
+                to.rememberEntry(newName)
             } catch {
                 new.abandon(in: to)
                 throw error

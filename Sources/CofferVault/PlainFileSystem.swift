@@ -6,6 +6,7 @@
 // It knows nothing of FUSE: the bridge above it decodes requests, calls one method,
 // and replies with its result or its thrown error.
 import CofferCrypto
+import Foundation
 import Glibc
 import Synchronization
 
@@ -56,9 +57,13 @@ public final class PlainFileSystem: @unchecked Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
-    /// Readers: every operation. Writer: unlock and lock, which wait for operations in flight.
-    private let gate = ReadWriteLock()
+    /// Guards `keys` and `inFlight`; `lock()` waits on it for operations in flight.
+    private let gate = NSCondition()
     private var keys: Keys?
+    /// Operations running with the keys.
+    private var inFlight = 0
+    /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
+    public var lockWaitBound = 2.0
     /// Where damage reports and other log lines go (stderr in the daemon).
     public var log: @Sendable (String) -> Void = { _ in }
     /// Called when a node's attributes changed in a way the reply to the request does
@@ -103,35 +108,73 @@ public final class PlainFileSystem: @unchecked Sendable {
     public func unlock(_ master: MasterKey) {
         let set = KeySet(master: master)
         master.wipe()
-        gate.writing {
-            keys?.set.wipe()
-            keys = Keys(set)
+        let replaced: Keys? = gate.withLock {
+            defer { keys = Keys(set) }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+            return keys
+        }
+        replaced?.set.wipe()
+    }
+
+    /// Closes the view and forgets the plaintext names it kept for damage reports (the
+    /// names the kernel may cache are forgotten by `forgetCachedEntries`).
+    ///
+    /// New operations fail with EACCES at once; operations in flight may finish with the
+    /// keys, but only for `lockWaitBound` seconds: an operation can be stuck for good (a
+    /// hung backing file system, a FIFO), and a lock that waits for it forever is a
+    /// denial of the lock. After the bound the keys are wiped anyway. That is memory-safe
+    /// for the stuck operation: it holds a reference to the key objects, so their memory
+    /// stays allocated, and every use of a key goes through `SecureBytes.lend`, which the
+    /// wipe (`retire`) waits for and after which it throws — the operation then fails
+    /// instead of computing with a half-zeroed key (and never writes data or names
+    /// sealed under zeros).
+    public func lock() {
+        gate.lock()
+        let retiring = keys
+        keys = nil
+        let deadline = Date(timeIntervalSinceNow: lockWaitBound)
+        while inFlight > 0 && gate.wait(until: deadline) {}
+        let stuck = inFlight
+        nodes.forgetNames()
+        gate.unlock()
+        retiring?.set.wipe()
+        if stuck > 0 { log("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
+    }
+
+    /// Calls `invalidate` with every (directory, name) the kernel may hold in its dentry
+    /// cache — found, created, renamed, linked or looked up in vain since the last call —
+    /// and then zeroes those names. The name's bytes are valid only during the call.
+    public func forgetCachedEntries(_ invalidate: (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
+        for node in nodes.allNodes() {
+            guard let names = node.takeCachedNames() else { continue }
+            let id = nodes.id(of: node)
+            names.forEach { invalidate(id, $0) }
+            names.forgetAll()
         }
     }
 
-    /// Closes the view: waits for operations in flight, then zeroes every key and
-    /// forgets the plaintext names it kept for damage reports. Returns those entries
-    /// (parent, name), taken at the last moment, for the kernel's entry cache to drop.
-    @discardableResult
-    public func lock() -> [(parent: UInt64, name: [UInt8])] {
-        gate.writing {
-            keys?.set.wipe()
-            keys = nil
-            let entries = nodes.allEntries()
-            nodes.forgetNames()
-            return entries
-        }
-    }
-
-    public var isUnlocked: Bool { gate.reading { keys != nil } }
+    public var isUnlocked: Bool { gate.withLock { keys != nil } }
 
     /// Runs `body` with the keys, or throws EACCES while locked.
     func withKeys<R>(_ body: (Keys) throws -> R) throws -> R {
-        try gate.reading {
-            guard let keys else { throw Errno(EACCES, "locked") }
-            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+        gate.lock()
+        guard let keys else {
+            gate.unlock()
+            throw Errno(EACCES, "locked")
+        }
+        inFlight += 1
+        gate.unlock()
+        defer {
+            gate.lock()
+            inFlight -= 1
+            if inFlight == 0 { gate.broadcast() }
+            gate.unlock()
+        }
+        lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+        do {
             return try body(keys)
+        } catch CryptoError.keyRetired {
+            throw Errno(EACCES, "locked")
         }
     }
 
@@ -190,7 +233,12 @@ public final class PlainFileSystem: @unchecked Sendable {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-            return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
+            do {
+                return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
+            } catch let error as Errno where error.code == ENOENT {
+                dir.rememberEntry(name)  // the kernel may cache the name as absent
+                throw error
+            }
         }
     }
 
@@ -237,6 +285,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         do { st = try Sys.stat(fd) } catch { Sys.close(fd); throw error }
         let node = nodes.remember(fd: fd, stat: st)
         node.setName(plainName, parent: dir)
+        dir.rememberEntry(plainName)
         return Entry(node: nodes.id(of: node), attributes: plain(st))
     }
 

@@ -17,7 +17,7 @@ public struct SymlinkCodec {
     /// The backing symlink target for plaintext `target`.
     public func encrypt(_ target: [UInt8]) throws -> String {
         guard target.count <= Self.maxTargetLength else { throw VaultError.tooLong(.symlinkTarget) }
-        return Base64URL.encode(target.withUnsafeBytes { box.seal($0, associatedData: Self.associatedData) })
+        return Base64URL.encode(try target.withUnsafeBytes { try box.seal($0, associatedData: Self.associatedData) })
     }
 
     /// The plaintext target of backing symlink target `stored`.

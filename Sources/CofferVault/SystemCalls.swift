@@ -140,14 +140,48 @@ public enum Sys {
         return String(cString: buffer)
     }
 
-    /// Reads a whole small file relative to `dir`.
+    /// Opens a backing file that coffer reads itself (config, directory IV, long-name
+    /// sidecar, content file during fsck): CIPHERDIR may be hostile, so the open never
+    /// follows a symlink and never blocks (O_NONBLOCK: a FIFO would wait for a writer),
+    /// and anything but a regular file is refused with EINVAL. O_NONBLOCK is cleared
+    /// again before the descriptor is returned.
+    public static func openRegular(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32 = O_RDONLY) throws -> Int32 {
+        let fd = try open(name, in: dir, flags: flags | O_NONBLOCK | O_NOFOLLOW)
+        do {
+            guard try stat(fd).st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL, "\(name) is not a regular file") }
+            let status = try retryOnInterrupt("fcntl") { fcntl(fd, F_GETFL) }
+            try retryOnInterrupt("fcntl") { fcntl(fd, F_SETFL, status & ~O_NONBLOCK) }
+        } catch {
+            close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// Reads a whole small regular file relative to `dir` (see `openRegular`).
     public static func readFile(_ name: String, in dir: Int32 = AT_FDCWD, limit: Int = 1 << 20) throws -> [UInt8] {
-        let fd = try open(name, in: dir, flags: O_RDONLY | O_NOFOLLOW)
+        let fd = try openRegular(name, in: dir)
         defer { close(fd) }
         var out = [UInt8](repeating: 0, count: limit + 1)
         let n = try out.withUnsafeMutableBytes { try readFully(fd, into: $0, at: 0) }
         guard n <= limit else { throw Errno(EFBIG, "read \(name)") }
         return Array(out.prefix(n))
+    }
+
+    /// Reads a whole file to its end with read(2): /proc files such as mountinfo are
+    /// generated a page at a time and must be read until read returns 0.
+    public static func readToEnd(_ path: String) throws -> [UInt8] {
+        let fd = try open(path, flags: O_RDONLY)
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let n = try chunk.withUnsafeMutableBytes { buffer in
+                try retryOnInterrupt("read \(path)") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+            }
+            if n == 0 { return out }
+            out += chunk.prefix(n)
+        }
     }
 
     /// An entry of a backing directory as getdents reports it.

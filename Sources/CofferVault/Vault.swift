@@ -76,8 +76,8 @@ public final class Vault {
         let recoveryWrap = RecoveryKey.wrappingKey(recoveryKey)
         defer { recoveryWrap.wipe() }
         config.slots = [
-            wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
-            wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
+            try wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
+            try wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
         ]
         try DirectoryIV.create(in: fd)
         try config.save(in: fd)
@@ -86,11 +86,11 @@ public final class Vault {
     }
 
     static func wrap(_ master: MasterKey, with key: SecureBytes, kind: String, config: VaultConfig,
-                     nonce: [UInt8]? = nil) -> VaultConfig.KeySlot {
+                     nonce: [UInt8]? = nil) throws -> VaultConfig.KeySlot {
         let box = SealedBox(key: key)
         let ad = config.associatedData(slot: kind)
-        let sealed = master.secret.withUnsafeBytes { bytes in
-            nonce.map { box.seal(bytes, associatedData: ad, nonce: $0) } ?? box.seal(bytes, associatedData: ad)
+        let sealed = try master.secret.withUnsafeBytes { bytes in
+            try nonce.map { try box.seal(bytes, associatedData: ad, nonce: $0) } ?? box.seal(bytes, associatedData: ad)
         }
         return .init(kind: kind, wrappedKey: Base64URL.encode(sealed))
     }
@@ -138,10 +138,12 @@ public final class Vault {
         let key = try PassphraseKDF.deriveKey(passphrase: newPassphrase, salt: salt, parameters: config.kdf.parameters)
         defer { key.wipe() }
         var updated = config
-        updated.slots = updated.slots.map {
-            $0.kind == VaultConfig.passphraseSlot
+        updated.slots = try updated.slots.map {
+            try $0.kind == VaultConfig.passphraseSlot
                 ? Vault.wrap(master, with: key, kind: VaultConfig.passphraseSlot, config: config) : $0
         }
+        // A copy left by an interrupted passwd opens with the passphrase it was made for.
+        try removeStaleConfigCopies()
         try updated.save(in: rootFD)
         config = updated
     }

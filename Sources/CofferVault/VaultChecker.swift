@@ -142,9 +142,7 @@ public final class VaultChecker {
     private func checkFile(_ backingName: String, in dir: Int32, path: String) {
         summary.files += 1
         let fd: Int32
-        do {
-            fd = try Sys.open(backingName, in: dir, flags: (repair ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_NONBLOCK)
-        } catch {
+        do { fd = try Sys.openRegular(backingName, in: dir, flags: repair ? O_RDWR : O_RDONLY) } catch {
             return problem(path, "cannot open: \(error)")
         }
         defer { Sys.close(fd) }

@@ -94,6 +94,9 @@ public struct VaultConfig: Codable, Equatable {
         guard config.kdf.algorithm == PassphraseKDF.algorithmName else {
             throw VaultError.unsupportedParameter("key derivation \(config.kdf.algorithm)")
         }
+        guard let salt = try? Base64URL.decode(config.kdf.salt), salt.count == PassphraseKDF.saltSize else {
+            throw VaultError.configMalformed(reason: "kdf.salt is not the base64url of \(PassphraseKDF.saltSize) bytes")
+        }
         guard config.kdf.parameters.isAcceptable else {
             throw VaultError.kdfParametersRefused(opsLimit: config.kdf.opsLimit, memLimit: config.kdf.memLimit)
         }
@@ -107,6 +110,8 @@ public struct VaultConfig: Codable, Equatable {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64 << 10)
         } catch let error as Errno where error.code == ENOENT {
             throw VaultError.notAVault(path: path)
+        } catch let error as Errno where error.code == EINVAL {
+            throw VaultError.configMalformed(reason: "\(fileName) is not a regular file")
         }
         return try parse(bytes)
     }

@@ -1,27 +1,44 @@
-// Wipe crypto-erases a vault: the key slots are overwritten in place with random
-// bytes, synced, and the config removed. Without a slot, no secret can recover the
-// master key, so every file left in the backing directory stays unreadable.
+// Wipe crypto-erases a vault: every copy of the key slots (the config and any temp copy
+// an interrupted passwd left) is overwritten in place with random bytes, synced, and
+// removed. Without a slot, no secret can recover the master key, so every file left in
+// the backing directory stays unreadable.
 import CofferCrypto
 import Glibc
 
 extension Vault {
-    /// Overwrites coffer.conf with random bytes of the same length, fsyncs it, removes
-    /// it, and syncs the directory. On journaling or copy-on-write file systems and SSDs
-    /// old copies of the blocks may survive physically; the key slots were only ever
-    /// stored there wrapped, so what survives still needs the passphrase or recovery key.
+    /// Overwrites coffer.conf and its temp copies with random bytes of the same length,
+    /// fsyncs and removes them, and syncs the directory. On journaling or copy-on-write
+    /// file systems and SSDs old copies of the blocks may survive physically; the key
+    /// slots were only ever stored there wrapped, so what survives still needs the
+    /// passphrase or recovery key.
     public func wipe() throws {
-        let fd = try Sys.open(VaultConfig.fileName, in: rootFD, flags: O_RDONLY | O_NOFOLLOW)
+        try removeStaleConfigCopies()
+        try overwriteAndRemove(VaultConfig.fileName)
+        try AtomicFile.syncDirectory(rootFD)
+    }
+
+    /// Destroys the temp copies of the config (AtomicFile's ".coffer.conf.tmp.PID") that
+    /// an interrupted passwd left: each holds key slots that open with a passphrase.
+    public func removeStaleConfigCopies() throws {
+        let prefix = AtomicFile.tempPrefix(of: VaultConfig.fileName)
+        for name in try Sys.listDirectory(rootFD) where name.hasPrefix(prefix) {
+            try overwriteAndRemove(name)
+        }
+    }
+
+    /// Overwrites the regular file `name` twice with random bytes, fsyncing each time, and removes it.
+    private func overwriteAndRemove(_ name: String) throws {
+        let fd = try Sys.openRegular(name, in: rootFD)
         let size = Int(try Sys.stat(fd).st_size)
         Sys.close(fd)
-        try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(rootFD)/\(VaultConfig.fileName)", 0o600) }
-        let writable = try Sys.open(VaultConfig.fileName, in: rootFD, flags: O_WRONLY | O_NOFOLLOW)
+        try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(rootFD)/\(name)", 0o600) }
+        let writable = try Sys.openRegular(name, in: rootFD, flags: O_WRONLY)
         defer { Sys.close(writable) }
         for _ in 0..<2 {
             let noise = Sodium.randomArray(count: size)
             try noise.withUnsafeBytes { try Sys.writeFully(writable, $0, at: 0) }
             try Sys.fsync(writable)
         }
-        try Sys.unlink(VaultConfig.fileName, in: rootFD)
-        try AtomicFile.syncDirectory(rootFD)
+        try Sys.unlink(name, in: rootFD)
     }
 }

@@ -26,7 +26,7 @@ public struct XattrCodec {
     public func backingName(for name: [UInt8]) throws -> String {
         guard !name.isEmpty else { throw VaultError.invalidName }
         guard name.count <= Self.maxNameLength else { throw VaultError.tooLong(.xattrName) }
-        return Self.backingPrefix + Base64URL.encode(names.encrypt(name, dirIV: Self.nameIV))
+        return Self.backingPrefix + Base64URL.encode(try names.encrypt(name, dirIV: Self.nameIV))
     }
 
     /// The plaintext name of backing xattr `backingName`, or nil if it is not one of ours.
@@ -41,7 +41,7 @@ public struct XattrCodec {
     /// Seals `value` for the xattr stored under `backingName`.
     public func sealValue(_ value: [UInt8], backingName: String) throws -> [UInt8] {
         guard value.count <= Self.maxValueLength else { throw VaultError.tooLong(.xattrValue) }
-        return value.withUnsafeBytes { box.seal($0, associatedData: Array(backingName.utf8)) }
+        return try value.withUnsafeBytes { try box.seal($0, associatedData: Array(backingName.utf8)) }
     }
 
     /// Opens the value stored under `backingName`; a value moved to another name fails.

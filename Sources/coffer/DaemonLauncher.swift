@@ -17,8 +17,7 @@ struct DaemonLauncher {
     /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
     /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
     static func spawn(arguments: [String]) throws -> DaemonLauncher {
-        var status: [Int32] = [0, 0], secret: [Int32] = [0, 0]
-        guard pipe(&status) == 0, pipe(&secret) == 0 else { throw Errno(errno, "pipe") }
+        let (status, secret) = try twoPipes()
         let pid: pid_t
         do {
             pid = try spawnSelf(arguments, descriptors: [3: status[1], 4: secret[0]], newSession: true)
@@ -31,27 +30,42 @@ struct DaemonLauncher {
         return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
     }
 
+    /// Two close-on-exec pipes, each as [read end, write end].
+    static func twoPipes() throws -> ([Int32], [Int32]) {
+        let first = try Sys.pipe()
+        do {
+            let second = try Sys.pipe()
+            return ([first.read, first.write], [second.read, second.write])
+        } catch {
+            close(first.read)
+            close(first.write)
+            throw error
+        }
+    }
+
     /// posix_spawn of this very binary with `arguments`. In the child, each key of
     /// `descriptors` is a copy of its value, the other standard descriptors are /dev/null,
     /// and nothing else of ours is inherited. `newSession` detaches it (setsid).
     static func spawnSelf(_ arguments: [String], descriptors: [Int32: Int32], newSession: Bool) throws -> pid_t {
-        closeInheritedDescriptorsOnExec()
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
+        // Through descriptors above every source and target first: a source may itself be
+        // another mapping's target (the status pipe's write end may be fd 4, which the
+        // secret pipe is to become) or a standard descriptor that /dev/null is about to
+        // replace (a caller started with 0 and 1 closed), and file actions run in order.
+        let mappings = descriptors.sorted { $0.key < $1.key }
+        let base = (Array(descriptors.keys) + Array(descriptors.values) + [2]).max()! + 1
+        for (i, (_, source)) in mappings.enumerated() { posix_spawn_file_actions_adddup2(&actions, source, base + Int32(i)) }
         for fd: Int32 in 0...2 where descriptors[fd] == nil {
             posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
         }
-        // Through descriptors above every target first: a source may itself be another
-        // mapping's target (the status pipe's write end may be fd 4, which the secret pipe
-        // is to become), and file actions run in order.
-        let mappings = descriptors.sorted { $0.key < $1.key }
-        let base = (Array(descriptors.keys) + Array(descriptors.values)).max().map { $0 + 1 } ?? 3
-        for (i, (_, source)) in mappings.enumerated() { posix_spawn_file_actions_adddup2(&actions, source, base + Int32(i)) }
         for (i, (target, _)) in mappings.enumerated() {
             posix_spawn_file_actions_adddup2(&actions, base + Int32(i), target)
-            posix_spawn_file_actions_addclose(&actions, base + Int32(i))
         }
+        // Nothing else of ours reaches the child (a caller's pipe or socket held open by
+        // the daemon would make the caller wait for it forever).
+        try Sys.addCloseFrom(&actions, max(3, (descriptors.keys.max() ?? 2) + 1))
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -64,16 +78,6 @@ struct DaemonLauncher {
         let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, &argv, environ)
         guard rc == 0 else { throw Errno(rc, "posix_spawn") }
         return pid
-    }
-
-    /// Marks every descriptor above stderr close-on-exec, so the daemon inherits none of
-    /// ours (a caller's pipe or socket held open by the daemon would make the caller wait
-    /// for it forever).
-    private static func closeInheritedDescriptorsOnExec() {
-        guard let dir = try? Sys.open("/proc/self/fd", flags: O_RDONLY | O_DIRECTORY) else { return }
-        defer { Sys.close(dir) }
-        guard let fds = try? Sys.listDirectory(dir) else { return }
-        for fd in fds.compactMap({ Int32($0) }) where fd > 2 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
     }
 
     /// Writes the secret (if any) and a newline into the child's passphrase pipe, then

@@ -19,13 +19,30 @@ final class DaemonLog: @unchecked Sendable {
         if case .syslog = destination { openlog("coffer", LOG_PID, LOG_DAEMON) }
     }
 
-    /// Opens `path` for appending, or falls back to `fallback`.
-    static func make(logFile: String?, fallback: Destination) -> DaemonLog {
-        if let logFile {
-            let fd = open(logFile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-            if fd >= 0 { return DaemonLog(destination: .file(fd)) }
+    /// Opens `logFile` for appending, or uses `fallback` without one. A root daemon
+    /// must not be led to append to another file: the log file may not be a symlink
+    /// (O_NOFOLLOW) or anything but a regular file, and its directory must belong to
+    /// root or to this user and be writable by no one else.
+    static func make(logFile: String?, fallback: Destination) throws -> DaemonLog {
+        guard let logFile else { return DaemonLog(destination: fallback) }
+        let refuse = { (why: String) in CommandFailure(status: .logFileRefused, message: "log file \(logFile): \(why)") }
+        let url = URL(fileURLWithPath: logFile)
+        let dirPath = url.deletingLastPathComponent().path
+        let dir = open(dirPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dir >= 0 else { throw refuse("its directory cannot be opened (\(String(cString: strerror(errno))))") }
+        defer { close(dir) }
+        var st = stat()
+        guard fstat(dir, &st) == 0 else { throw refuse("fstat: \(String(cString: strerror(errno)))") }
+        guard st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else {
+            throw refuse("its directory \(dirPath) can be written by other users")
         }
-        return DaemonLog(destination: fallback)
+        let fd = openat(dir, url.lastPathComponent, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
+        guard fd >= 0 else { throw refuse(errno == ELOOP ? "it is a symlink" : String(cString: strerror(errno))) }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw refuse("not a regular file")
+        }
+        return DaemonLog(destination: .file(fd))
     }
 
     func write(_ message: String) {

@@ -64,6 +64,8 @@ public enum ExitStatus: Int32, CaseIterable {
     case damageFound = 40
     /// wipe was not confirmed.
     case notConfirmed = 41
+    /// --log-file is a symlink, not a regular file, or in a directory others can write.
+    case logFileRefused = 42
 
     /// One line for the README table.
     var meaning: String {
@@ -99,6 +101,7 @@ public enum ExitStatus: Int32, CaseIterable {
         case .alreadyMounted: return "mount: CIPHERDIR is already mounted by another coffer daemon"
         case .damageFound: return "fsck: damage found (each problem is listed)"
         case .notConfirmed: return "wipe: not confirmed"
+        case .logFileRefused: return "mount: the log file is a symlink, not a regular file, or in a directory others can write"
         }
     }
 }

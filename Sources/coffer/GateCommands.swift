@@ -35,6 +35,8 @@ struct MountTarget: ParsableArguments {
         } catch ControlClient.Failure.noDaemon {
             throw CommandFailure(status: .socketUnavailable,
                                  message: "no coffer daemon answers for \(mountpoint) (socket \(path)); is it mounted?")
+        } catch let failure as ControlClient.Failure {
+            throw CommandFailure(status: .socketUnavailable, message: "\(mountpoint) (socket \(path)): \(failure)")
         }
         guard response.ok else {
             let status: ExitStatus
@@ -43,6 +45,7 @@ struct MountTarget: ParsableArguments {
             case ControlError.wrongRecoveryKey: status = .wrongRecoveryKey
             case ControlError.throttled: status = .retryLater
             case ControlError.wiped: status = .vaultWiped
+            case ControlError.configDamaged: status = .configDamaged
             case ControlError.permissionDenied, ControlError.malformed, ControlError.unsupportedVersion,
                  ControlError.unknownOperation, ControlError.tooLarge:
                 status = .requestRefused

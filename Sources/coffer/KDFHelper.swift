@@ -12,8 +12,7 @@ enum KDFHelper {
     /// The request: u64 opsLimit ‖ u64 memLimit ‖ salt (16) ‖ u32 passphrase length ‖ passphrase.
     /// The answer: one status byte (0: ok) ‖ 32 key bytes.
     static func derive(passphrase: SecureBytes, salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
-        var request: [Int32] = [0, 0], answer: [Int32] = [0, 0]
-        guard pipe(&request) == 0, pipe(&answer) == 0 else { throw Errno(errno, "pipe") }
+        let (request, answer) = try DaemonLauncher.twoPipes()
         let pid: pid_t
         do {
             pid = try DaemonLauncher.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
@@ -26,7 +25,7 @@ enum KDFHelper {
         defer {
             close(answer[0])
             var status: Int32 = 0
-            waitpid(pid, &status, 0)
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         }
         let header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
             + withUnsafeBytes(of: parameters.memLimit.bigEndian, Array.init) + salt
@@ -36,7 +35,8 @@ enum KDFHelper {
         try passphrase.withUnsafeBytes { try Sys.send(request[1], $0) }
         let key = SecureBytes(count: MasterKey.size)
         var status: UInt8 = 1
-        guard read(answer[0], &status, 1) == 1, status == 0,
+        // Sys.receive retries EINTR: a signal during the derivation is not a failure.
+        guard withUnsafeMutableBytes(of: &status, { Sys.receive(answer[0], into: $0) }), status == 0,
               key.withUnsafeMutableBytes({ Sys.receive(answer[0], into: $0) }) else { throw CryptoError.kdfFailed }
         return key
     }

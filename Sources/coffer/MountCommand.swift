@@ -63,6 +63,14 @@ struct MountCommand: ParsableCommand {
         if let idleLock, parseDuration(idleLock) == nil {
             throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
         }
+        // allow_other alone would let every user past the owner's file modes: only
+        // --allow-other, which adds default_permissions, may let others in.
+        if fuseOptions.flatMap({ $0.split(separator: ",") }).contains("allow_other") {
+            throw ValidationError("-o allow_other is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
+        }
+        if let refused = FuseSession.refusedOptions(fuseOptions).first {
+            throw ValidationError("-o \(refused): not a mount option libfuse accepts")
+        }
     }
 
     /// True if standard input is a pipe or a file: a passphrase given non-interactively.
@@ -111,7 +119,13 @@ struct MountCommand: ParsableCommand {
         if allowOther { arguments.append("--allow-other") }
         if readOnly { arguments.append("--read-only") }
         for option in fuseOptions { arguments += ["-o", option] }
-        if let logFile { arguments += ["--log-file", MountPoint.canonical(logFile) ?? logFile] }
+        if let logFile {
+            // Only the directory is resolved: a symlink in the file's place must reach the
+            // daemon as one, to be refused (O_NOFOLLOW).
+            let url = URL(fileURLWithPath: logFile)
+            let dir = MountPoint.canonical(url.deletingLastPathComponent().path) ?? url.deletingLastPathComponent().path
+            arguments += ["--log-file", dir + "/" + url.lastPathComponent]
+        }
         arguments += [vaultPath, target]
 
         let daemon = try DaemonLauncher.spawn(arguments: arguments)
@@ -129,7 +143,7 @@ struct MountCommand: ParsableCommand {
         ProcessHardening.raiseDescriptorLimit()
         // The launcher's pipes must not reach the processes libfuse starts (fusermount3).
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let log = DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
+        let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         let vault = try Vault.open(at: cipherdir)
         let claim = try VaultClaim(vault)
         defer { withExtendedLifetime(claim) {} }
@@ -184,8 +198,11 @@ struct MountCommand: ParsableCommand {
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
         session.run()
         SystemdNotify.send("STOPPING=1")
+        // Stop serving unlocks before the last lock, so that none can bring the keys back.
+        server.stop()
+        log.write("control socket \(socketPath) closed")
         gate.detach()
-        gate.lock(reason: "unmounted")
+        gate.shutDown()
         // A clean exit: everything written is made durable and the undo records go.
         do { try fs.finish() } catch { log.write("undo journal kept: \(error)") }
         log.write("unmounted \(target); keys wiped")

@@ -21,7 +21,8 @@ enum MountPoint {
 
     /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
     static func mounts() -> [Mount] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        guard let bytes = try? Sys.readToEnd("/proc/self/mountinfo") else { return [] }
+        let text = String(decoding: bytes, as: UTF8.self)
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
             guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count else { return nil }

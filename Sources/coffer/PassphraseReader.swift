@@ -32,6 +32,7 @@ enum PassphraseReader {
     }
 
     private static func promptNoEcho(_ prompt: String) throws -> SecureBytes {
+        ProcessHardening.disableCoreDumps()
         FileHandleStandardError.write(prompt)
         var saved = termios()
         tcgetattr(0, &saved)
@@ -57,6 +58,9 @@ enum PassphraseReader {
     /// Like `readLine`, but nil when the input ends before its first byte (nothing was
     /// given); an empty line is still an empty passphrase.
     static func readOptionalLine(_ fd: Int32, what: String) throws -> SecureBytes? {
+        // Before the first byte arrives: other processes of the user must not read a
+        // half-typed secret from this one's memory (ptrace, /proc/PID/mem).
+        ProcessHardening.disableCoreDumps()
         let buffer = SecureBytes(count: maxLength)
         var length = 0
         var sawNewline = false

@@ -14,7 +14,10 @@ struct UnmountCommand: ParsableCommand {
 
     func run() throws {
         try runReportingFailures {
-            guard let path = MountPoint.canonical(mountpoint), let mount = MountPoint.isMounted(path),
+            guard let path = MountPoint.canonical(mountpoint) else {
+                throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(mountpoint) does not exist")
+            }
+            guard let mount = MountPoint.isMounted(path),
                   mount.type == "fuse.coffer" else {
                 throw CommandFailure(status: .notMounted, message: "\(mountpoint) is not a coffer mount")
             }

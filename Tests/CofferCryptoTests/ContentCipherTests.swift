@@ -8,7 +8,7 @@ final class ContentCipherTests: XCTestCase {
 
     func seal(_ plain: [UInt8], first: UInt64 = 0, id: FileID? = nil) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: plain.count))
-        plain.withUnsafeBytes { p in out.withUnsafeMutableBytes { cipher.seal(p, firstBlock: first, fileID: id ?? fileID, into: $0) } }
+        plain.withUnsafeBytes { p in out.withUnsafeMutableBytes { try! cipher.seal(p, firstBlock: first, fileID: id ?? fileID, into: $0) } }
         return out
     }
 

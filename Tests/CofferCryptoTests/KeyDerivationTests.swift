@@ -30,7 +30,7 @@ final class KeyDerivationTests: XCTestCase {
 
     func testSealedBoxBindsAssociatedData() throws {
         let box = SealedBox(key: .random(count: 32))
-        let sealed = Array("target".utf8).withUnsafeBytes { box.seal($0, associatedData: [1]) }
+        let sealed = try Array("target".utf8).withUnsafeBytes { try box.seal($0, associatedData: [1]) }
         XCTAssertEqual(try box.openPublic(sealed, associatedData: [1], what: "x"), Array("target".utf8))
         XCTAssertThrowsError(try box.openPublic(sealed, associatedData: [2], what: "x"))
         var bad = sealed

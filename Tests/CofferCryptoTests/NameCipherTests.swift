@@ -9,26 +9,26 @@ final class NameCipherTests: XCTestCase {
     func testRoundTripForEveryLength() throws {
         for length in 1...255 {
             let name = Sodium.randomArray(count: length)
-            let encrypted = names.encrypt(name, dirIV: iv)
+            let encrypted = try names.encrypt(name, dirIV: iv)
             XCTAssertEqual(encrypted.count, NameCipher.encryptedLength(plainLength: length))
             XCTAssertEqual(encrypted.count % 16, 0)
             XCTAssertEqual(try names.decrypt(encrypted, dirIV: iv), name)
         }
     }
 
-    func testDeterministicWithinADirectoryDifferentAcross() {
+    func testDeterministicWithinADirectoryDifferentAcross() throws {
         let name = Array("report.pdf".utf8)
-        XCTAssertEqual(names.encrypt(name, dirIV: iv), names.encrypt(name, dirIV: iv))
-        XCTAssertNotEqual(names.encrypt(name, dirIV: iv), names.encrypt(name, dirIV: Sodium.randomArray(count: 16)))
+        XCTAssertEqual(try names.encrypt(name, dirIV: iv), try names.encrypt(name, dirIV: iv))
+        XCTAssertNotEqual(try names.encrypt(name, dirIV: iv), try names.encrypt(name, dirIV: Sodium.randomArray(count: 16)))
     }
 
-    func testLengthLeaksOnlyToSixteenBytes() {
-        let lengths = Set((1...15).map { names.encrypt(Array(repeating: 0x61, count: $0), dirIV: iv).count })
+    func testLengthLeaksOnlyToSixteenBytes() throws {
+        let lengths = Set(try (1...15).map { try names.encrypt(Array(repeating: 0x61, count: $0), dirIV: iv).count })
         XCTAssertEqual(lengths, [32])
     }
 
-    func testEveryTamperedByteIsRefused() {
-        let encrypted = names.encrypt(Array("secret-plans.txt".utf8), dirIV: iv)
+    func testEveryTamperedByteIsRefused() throws {
+        let encrypted = try names.encrypt(Array("secret-plans.txt".utf8), dirIV: iv)
         for i in encrypted.indices {
             var bad = encrypted
             bad[i] ^= 0x01
@@ -41,8 +41,8 @@ final class NameCipherTests: XCTestCase {
         XCTAssertThrowsError(try names.decrypt([], dirIV: iv))
     }
 
-    func testForeignDirectoryOrKeyIsRefused() {
-        let encrypted = names.encrypt(Array("a".utf8), dirIV: iv)
+    func testForeignDirectoryOrKeyIsRefused() throws {
+        let encrypted = try names.encrypt(Array("a".utf8), dirIV: iv)
         XCTAssertThrowsError(try names.decrypt(encrypted, dirIV: Sodium.randomArray(count: 16)))
         let other = NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32))
         XCTAssertThrowsError(try other.decrypt(encrypted, dirIV: iv))

@@ -1,5 +1,6 @@
 // Tests of the secret buffer: wiping, constant-time comparison, copies.
 import CofferCrypto
+import Foundation
 import XCTest
 
 final class SecureBytesTests: XCTestCase {
@@ -11,22 +12,46 @@ final class SecureBytesTests: XCTestCase {
         secret.withUnsafeBytes { XCTAssertEqual(Array($0), [UInt8](repeating: 0, count: 64)) }
     }
 
-    func testKeySetWipeZeroesEverySubkey() {
+    func testKeySetWipeZeroesEverySubkeyAndRefusesLaterUse() throws {
         let master = MasterKey.generate()
         let keys = KeySet(master: master)
         master.wipe()
         XCTAssertTrue(master.secret.isAllZero)
-        keys.wipe()
-        // After wiping, the content key is zero: sealing gives what a zero key gives.
-        let zero = ContentCipher(key: SecureBytes(count: 32))
         let plain = [UInt8](repeating: 7, count: 100)
-        let nonce = [UInt8](repeating: 1, count: 24)
-        var a = [UInt8](repeating: 0, count: 140), b = a
-        plain.withUnsafeBytes { p in
-            a.withUnsafeMutableBytes { keys.content.sealBlockWithFixedNonce(p, blockIndex: 0, fileID: FileID(bytes: .init(repeating: 0, count: 16)), nonce: nonce, into: $0) }
-            b.withUnsafeMutableBytes { zero.sealBlockWithFixedNonce(p, blockIndex: 0, fileID: FileID(bytes: .init(repeating: 0, count: 16)), nonce: nonce, into: $0) }
+        var sealed = [UInt8](repeating: 0, count: 140)
+        let id = FileID(bytes: .init(repeating: 0, count: 16))
+        try plain.withUnsafeBytes { p in try sealed.withUnsafeMutableBytes { try keys.content.seal(p, firstBlock: 0, fileID: id, into: $0) } }
+        keys.wipe()
+        XCTAssertTrue(keys.metadata.key.isAllZero)
+        // An operation that still holds the wiped keys (a lock that did not wait for it)
+        // gets an error, never a result computed with a zeroed key.
+        XCTAssertThrowsError(try plain.withUnsafeBytes { p in
+            try sealed.withUnsafeMutableBytes { try keys.content.seal(p, firstBlock: 0, fileID: id, into: $0) }
+        }) { XCTAssertEqual($0 as? CryptoError, .keyRetired) }
+        XCTAssertThrowsError(try keys.names.encrypt([1, 2, 3], dirIV: [UInt8](repeating: 0, count: 16))) {
+            XCTAssertEqual($0 as? CryptoError, .keyRetired)
         }
-        XCTAssertEqual(a, b)
+        XCTAssertThrowsError(try [UInt8](repeating: 1, count: 8).withUnsafeBytes { try keys.metadata.seal($0, associatedData: []) }) {
+            XCTAssertEqual($0 as? CryptoError, .keyRetired)
+        }
+    }
+
+    func testRetireWaitsForAComputationInProgress() throws {
+        let key = SecureBytes.random(count: 32)
+        let started = DispatchSemaphore(value: 0)
+        let seen = UnsafeMutablePointer<Bool>.allocate(capacity: 1)
+        defer { seen.deallocate() }
+        Thread.detachNewThread {
+            try? key.lend { bytes in
+                started.signal()
+                usleep(200_000)
+                seen.pointee = bytes[0] == 0 && bytes[31] == 0 && !key.isAllZero
+            }
+        }
+        started.wait()
+        key.retire()
+        XCTAssertTrue(key.isAllZero)
+        XCTAssertFalse(seen.pointee, "the key was zeroed while lent")
     }
 
     func testConstantTimeEqualsAndPrefix() {

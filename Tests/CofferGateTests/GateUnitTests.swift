@@ -56,11 +56,11 @@ final class GateUnitTests: XCTestCase {
         defer { close(fds[0]); close(fds[1]) }
         let request = ControlRequest(op: .unlock, secret: .passphrase, secretLength: 7)
         XCTAssertTrue(Frames.write(fds[0], Frames.encode(request)))
-        let body = try Frames.readFrame(fds[1])
+        let body = try Frames.readFrame(fds[1], by: Deadline(seconds: 5))
         XCTAssertEqual(try JSONDecoder().decode(ControlRequest.self, from: Data(body)), request)
         XCTAssertFalse(String(decoding: body, as: UTF8.self).contains("secretBytes"))
         XCTAssertTrue(Frames.write(fds[0], [0x7f, 0xff, 0xff, 0xff]))
-        XCTAssertThrowsError(try Frames.readFrame(fds[1])) {
+        XCTAssertThrowsError(try Frames.readFrame(fds[1], by: Deadline(seconds: 5))) {
             guard case Frames.ReadError.tooLarge = $0 else { return XCTFail("\($0)") }
         }
     }

@@ -28,9 +28,9 @@ final class FormatVectorTests: XCTestCase {
         let fileID = FileID(bytes: bytes(from: 0xa0, count: 16))
         let plain = bytes(from: 0x00, count: 100)
         var block = [UInt8](repeating: 0, count: 140)
-        plain.withUnsafeBytes { p in
-            block.withUnsafeMutableBytes {
-                keys.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID, nonce: bytes(from: 0x40, count: 24), into: $0)
+        try plain.withUnsafeBytes { p in
+            try block.withUnsafeMutableBytes {
+                try keys.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID, nonce: bytes(from: 0x40, count: 24), into: $0)
             }
         }
         out.append(("content_file_header", hex(FileHeader(fileID: fileID).bytes)))
@@ -61,12 +61,12 @@ final class FormatVectorTests: XCTestCase {
         out.append(("slot_passphrase", "correct horse battery staple"))
         out.append(("slot_passphrase_kek", hex(passKey.withUnsafeBytes { Array($0) })))
         out.append(("slot_passphrase_wrapped",
-                    Vault.wrap(master, with: passKey, kind: "passphrase", config: config, nonce: bytes(from: 0x60, count: 24)).wrappedKey))
+                    try Vault.wrap(master, with: passKey, kind: "passphrase", config: config, nonce: bytes(from: 0x60, count: 24)).wrappedKey))
         let recovery = SecureBytes(count: 32)
         recovery.withUnsafeMutableBytes { $0.copyBytes(from: bytes(from: 0x80, count: 32)) }
         out.append(("slot_recovery_key", String(decoding: RecoveryKey.format(recovery).withUnsafeBytes { Array($0) }, as: UTF8.self)))
         out.append(("slot_recovery_wrapped",
-                    Vault.wrap(master, with: RecoveryKey.wrappingKey(recovery), kind: "recovery", config: config,
+                    try Vault.wrap(master, with: RecoveryKey.wrappingKey(recovery), kind: "recovery", config: config,
                                nonce: bytes(from: 0x90, count: 24)).wrappedKey))
 
         // The undo-journal record of content block 3 (§11): header, old slot, zeros.

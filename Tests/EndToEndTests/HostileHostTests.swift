@@ -1,0 +1,381 @@
+// End-to-end: the gate on a busy host and against a hostile backing directory — a
+// mount table longer than a page, FIFOs planted in CIPHERDIR, `-o allow_other`, wipe
+// after an interrupted passwd, connection floods, and what outlives a lock.
+import Foundation
+import XCTest
+
+final class HostileHostTests: EndToEndCase {
+    func coffer(_ arguments: [String], input: String? = nil, timeout: TimeInterval = 120) -> Outcome {
+        Harness.run([Harness.coffer] + arguments, input: input, timeout: timeout)
+    }
+
+    /// Mounts tmpfs file systems on long paths until /proc/self/mountinfo is longer than
+    /// `bytes`; they are unmounted when the test ends, whatever happened.
+    func padMountTable(beyond bytes: Int) {
+        var level = scratch.path + "/padding"
+        var pads: [String] = []
+        addTeardownBlock { for pad in pads.reversed() { Harness.run(["umount", "-l", pad]) } }
+        let size = { Int(Harness.sh("wc -c < /proc/self/mountinfo").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 }
+        while size() <= bytes && pads.count < 40 {
+            level += "/" + String(repeating: "p", count: 200)
+            let pad = scratch.mkdir(String(level.dropFirst(scratch.path.count + 1)))
+            let r = Harness.run(["mount", "-t", "tmpfs", "-o", "size=1m", "coffer-padding-" + String(repeating: "x", count: 200), pad])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            guard r.status == 0 else { return }
+            pads.append(pad)
+        }
+    }
+
+    // MARK: 1. A mount table longer than 4 KiB
+
+    func testUnmountWipeAndBusyMountpointWithALongMountTable() {
+        padMountTable(beyond: 8192)
+        let vault = mountedVault()
+        assertOK(vault.sh("echo precious > f"), "write")
+        XCTAssertGreaterThan(Int(Harness.sh("wc -c < /proc/self/mountinfo").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0, 8192)
+        let again = coffer(["mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(again.status, 33, "a mounted mountpoint: \(again.stderr)")
+        let wipe = coffer(["wipe", "--yes", vault.cipherdir])
+        XCTAssertEqual(wipe.status, 0, wipe.stderr)
+        XCTAssertTrue(coffer(["status", vault.mountpoint]).stdout.contains("State:           locked"), "wipe locks the running mount")
+        XCTAssertTrue(vault.sh("cat f").stderr.contains("Permission denied"))
+        let unmount = coffer(["unmount", vault.mountpoint])
+        XCTAssertEqual(unmount.status, 0, unmount.stderr)
+        XCTAssertFalse(vault.isMounted)
+    }
+
+    // MARK: 2. FIFOs planted in CIPHERDIR
+
+    /// Replaces the backing `name` (relative to the cipherdir) by a FIFO; when the test
+    /// ends, the FIFO is opened for writing once so that a reader stuck on it returns.
+    func plantFIFO(_ vault: MountedVault, at name: String) {
+        let path = vault.cipherdir + "/" + name
+        assertOK(Harness.sh("rm -f '\(path)' && mkfifo '\(path)'"), "mkfifo")
+        addTeardownBlock {
+            Harness.run(["python3", "-c", "import os, sys\ntry: os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK))\nexcept OSError: pass", path])
+        }
+    }
+
+    func testAFIFODirectoryIVNeitherHangsAListingNorDeniesTheLock() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d && touch d/f"), "mkdir")
+        vault.unmount()
+        let dir = Harness.sh("cd \(vault.cipherdir) && for d in */; do echo ${d%/}; done").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        plantFIFO(vault, at: dir + "/coffer.diriv")
+        vault.mount()
+        // The listing runs in the background: on a build that blocks on the FIFO it would
+        // sit in the kernel until the FIFO is written to.
+        let script = """
+            (rc=0; ls "$M/d" > /dev/null 2> "$R.ls" || rc=$?; echo $rc > "$R.rc") < /dev/null > /dev/null 2>&1 &
+            sleep 2
+            start=$(date +%s)
+            timeout 20 \(Harness.coffer) lock "$M" > /dev/null 2> "$R.lock" && echo locked
+            echo elapsed $(( $(date +%s) - start ))
+            timeout 10 \(Harness.coffer) status "$M" | head -1
+            """
+        let r = Harness.sh("export M='\(vault.mountpoint)' R='\(scratch.path)/fifo'; " + script, timeout: 60)
+        XCTAssertTrue(r.stdout.contains("locked\n"), "lock: \(r.stdout) \(r.stderr)")
+        let elapsed = Int(r.stdout.components(separatedBy: "elapsed ").last?.prefix(while: { $0.isNumber }) ?? "") ?? 99
+        XCTAssertLessThanOrEqual(elapsed, 10, "the lock must complete within seconds")
+        XCTAssertTrue(r.stdout.contains("State:           locked"), r.stdout)
+        let listing = (try? String(contentsOfFile: scratch.path + "/fifo.rc", encoding: .utf8)) ?? "still running"
+        XCTAssertNotEqual(listing.trimmingCharacters(in: .whitespacesAndNewlines), "0", "listing a directory whose IV is a FIFO")
+        XCTAssertNotEqual(listing, "still running", "the listing must fail at once, not wait for a writer")
+    }
+
+    func testAFIFOConfigOrDirectoryIVNeitherHangsInfoNorFsck() {
+        let vault = MountedVault(scratch: scratch)
+        let copy = scratch.mkdir("copy")
+        assertOK(Harness.sh("cp -a \(vault.cipherdir)/. \(copy)/"), "copy")
+        vault.mount()
+        assertOK(vault.sh("mkdir d && echo hi > d/f"), "mkdir")
+        vault.unmount()
+        let dir = Harness.sh("cd \(vault.cipherdir) && for d in */; do echo ${d%/}; done").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        plantFIFO(vault, at: dir + "/coffer.diriv")
+        let fsck = coffer(["fsck", "--passfile", vault.passfile, vault.cipherdir], timeout: 20)
+        XCTAssertEqual(fsck.status, 40, "fsck reports the FIFO: \(fsck.stdout) \(fsck.stderr)")
+        XCTAssertTrue(fsck.stdout.contains("not a regular file"), fsck.stdout)
+
+        let path = copy + "/coffer.conf"
+        assertOK(Harness.sh("rm -f \(path) && mkfifo \(path)"), "mkfifo")
+        addTeardownBlock {
+            Harness.run(["python3", "-c", "import os, sys\ntry: os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK))\nexcept OSError: pass", path])
+        }
+        let info = coffer(["info", copy], timeout: 20)
+        XCTAssertEqual(info.status, 13, "info on a FIFO config: \(info.stderr)")
+        XCTAssertTrue(info.stderr.contains("not a regular file"), info.stderr)
+    }
+
+    // MARK: 3. -o allow_other
+
+    func testOptionAllowOtherIsRefusedAndOthersMeetTheOwnersModes() {
+        let vault = MountedVault(scratch: scratch)
+        let refused = coffer(["mount", "--passfile", vault.passfile, "-o", "noatime,allow_other", vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(refused.status, 64, "-o allow_other: \(refused.stderr)")
+        XCTAssertTrue(refused.stderr.contains("--allow-other"), refused.stderr)
+        XCTAssertFalse(vault.isMounted)
+        chmod(scratch.path, 0o755)
+        vault.mount(["--allow-other"])
+        assertOK(vault.sh("echo owner-only > private && chmod 600 private"), "write")
+        let other = Harness.sh("""
+            cd /; m='\(vault.mountpoint)'
+            runuser -u nobody -- cat "$m/private" && echo READ
+            runuser -u nobody -- sh -c "echo overwritten > '$m/private'" && echo WROTE
+            runuser -u nobody -- chmod 666 "$m/private" && echo CHMOD
+            true
+            """)
+        XCTAssertFalse(other.stdout.contains("READ") || other.stdout.contains("WROTE") || other.stdout.contains("CHMOD"), other.stdout + other.stderr)
+        XCTAssertEqual(vault.sh("cat private").stdout, "owner-only\n")
+    }
+
+    // MARK: 4. Wipe leaves nothing that decrypts
+
+    func testWipeDestroysTheCopyAnInterruptedPasswdLeft() {
+        let vault = MountedVault(scratch: scratch)
+        let recovery = scratch.path + "/rk"
+        let cipher = scratch.mkdir("w.cipher")
+        assertOK(coffer(["init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", vault.passfile, "--recovery-key-out", recovery, cipher]), "init")
+        let newPass = scratch.file("new", "brand new passphrase\n")
+        // An interrupted passwd leaves its temp copy: a config that opens with a passphrase.
+        assertOK(Harness.sh("cp \(cipher)/coffer.conf \(cipher)/.coffer.conf.tmp.4242"), "stale temp")
+        assertOK(coffer(["passwd", "--passfile", vault.passfile, "--new-passfile", newPass, cipher]), "passwd")
+        XCTAssertEqual(Harness.sh("ls -A \(cipher) | grep -c coffer.conf.tmp || true").stdout, "0\n", "passwd removes stale temps")
+
+        assertOK(Harness.sh("cp \(cipher)/coffer.conf \(cipher)/.coffer.conf.tmp.4243"), "stale temp")
+        assertOK(coffer(["wipe", "--yes", cipher]), "wipe")
+        XCTAssertEqual(Harness.sh("ls -A \(cipher) | grep -c coffer.conf || true").stdout, "0\n", "wipe leaves no copy of the key slots")
+        // Whatever is left, no config can be made of it again.
+        assertOK(Harness.sh("cd \(cipher) && for f in .coffer.conf*; do [ -e \"$f\" ] && cp \"$f\" coffer.conf; done; true"), "restore attempt")
+        XCTAssertEqual(coffer(["fsck", "--passfile", newPass, cipher]).status, 12)
+        XCTAssertEqual(coffer(["fsck", "--recovery-key-file", recovery, cipher]).status, 12)
+    }
+
+    // MARK: 5. Connection floods
+
+    func testAFloodOfConnectionsNeitherStarvesTheOwnersLockNorGrowsTheDaemon() {
+        let socketDir = scratch.mkdir("sockets")
+        let socket = socketDir + "/s.sock"
+        let vault = mountedVault("vault", ["--socket", socket])
+        assertOK(Harness.sh("chmod 755 \(scratch.path) \(socketDir) && chmod 666 \(socket)"), "open up the socket")
+        let script = """
+            import os, socket, struct, subprocess, sys, time, json
+            coffer, sock, m = sys.argv[1:4]
+            pid = json.loads(subprocess.run([coffer, "status", "--json", "--socket", sock, m], capture_output=True, check=True).stdout)["pid"]
+            threads = lambda: len(os.listdir(f"/proc/{pid}/task"))
+            fds = lambda: len(os.listdir(f"/proc/{pid}/fd"))
+            base_threads, base_fds = threads(), fds()
+            def flood(n, user=None):
+                if user: os.setuid(user)
+                conns = []
+                for _ in range(n):
+                    s = socket.socket(socket.AF_UNIX); s.settimeout(10)
+                    try: s.connect(sock); conns.append(s)
+                    except OSError: pass
+                return conns
+            others = os.fork()
+            if others == 0:
+                conns = flood(300, 65534); time.sleep(12); os._exit(0)
+            owner = flood(300)                      # the owner's own silent connections
+            time.sleep(1)
+            peak = threads()
+            start = time.time()
+            r = subprocess.run([coffer, "lock", "--socket", sock, m], capture_output=True, timeout=60)
+            took = time.time() - start
+            print("lock", r.returncode, r.stderr.decode().strip(), "took %.1f" % took)
+            assert r.returncode == 0 and took < 5, "the owner's lock must get through the flood"
+            print("threads", base_threads, peak)
+            assert peak <= base_threads + 2, f"a thread per connection: {base_threads} -> {peak}"
+            # A slow client that sends a byte a second is cut off by the whole-request deadline.
+            s = socket.socket(socket.AF_UNIX); s.connect(sock)
+            start = time.time(); frame = struct.pack(">I", 20) + b'{"version":1,"op":"'
+            try:
+                for b in frame:
+                    s.send(bytes([b])); time.sleep(1)
+                    if time.time() - start > 20: break
+            except OSError: pass
+            s.settimeout(5)
+            try: answer = s.recv(4096)
+            except OSError: answer = b""
+            print("slow client cut after %.0f s" % (time.time() - start))
+            assert time.time() - start < 12, "a request trickling in must end at the deadline"
+            for c in owner: c.close()
+            os.waitpid(others, 0)
+            time.sleep(2)
+            print("fds", base_fds, fds())
+            assert fds() <= base_fds + 2, "descriptors leaked"
+            print("flood ok")
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, socket, vault.mountpoint], timeout: 120)
+        XCTAssertTrue(r.stdout.contains("flood ok"), r.stdout + r.stderr)
+        XCTAssertTrue(coffer(["status", "--socket", socket, vault.mountpoint]).stdout.contains("State:           locked"))
+    }
+
+    // MARK: 7. Shutdown order
+
+    func testUnmountStopsServingUnlocksBeforeTheLastLock() {
+        let vault = mountedVault()
+        vault.unmount()
+        let log = vault.log
+        guard let locked = log.range(of: "locked (unmounted)") else { return XCTFail("log: \(log)") }
+        guard let closed = log.range(of: " closed\n") else { return XCTFail("the control socket is never closed: \(log)") }
+        XCTAssertLessThan(closed.lowerBound, locked.lowerBound, "the socket must be closed before the final lock: \(log)")
+    }
+
+    // MARK: 8. Exit statuses of unlock errors
+
+    func testUnlockAndCommandErrorsGetTheirOwnStatus() throws {
+        _ = scratch.mkdir("sockets")
+        let vault = MountedVault(scratch: scratch)
+        let socket = scratch.path + "/sockets/s.sock"
+        let r = Harness.run([Harness.coffer, "mount", "--socket", socket, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        // Another user: refused (28), not "no daemon" (39), whatever the timing.
+        assertOK(Harness.sh("chmod 755 \(scratch.path) \(scratch.path)/sockets && chmod 666 \(socket)"), "open up")
+        for op in ["status", "lock", "status", "lock", "status"] {
+            let other = Harness.sh("runuser -u nobody -- \(Harness.coffer) \(op) --socket \(socket) \(vault.mountpoint) || echo status=$?")
+            XCTAssertTrue(other.stdout.contains("status=28"), "\(op) by another user: \(other.stdout) \(other.stderr)")
+        }
+        XCTAssertEqual(coffer(["unmount", scratch.path + "/no-such-dir"]).status, 30)
+        let badOption = coffer(["mount", "-o", "no_such_option", vault.cipherdir, scratch.mkdir("elsewhere")])
+        XCTAssertEqual(badOption.status, 64, badOption.stderr)
+        XCTAssertTrue(badOption.stderr.contains("no_such_option"), badOption.stderr)
+
+        // A salt that is not base64url, under a checksum recomputed to match.
+        let resalt = """
+            import base64, ctypes, json, struct, sys
+            sodium = ctypes.CDLL("libsodium.so.23")
+            path = sys.argv[1]
+            c = json.load(open(path))
+            c["kdf"]["salt"] = "!!not*base64!!"
+            s = lambda t: struct.pack(">H", len(t.encode())) + t.encode()
+            canonical = (b"coffer.conf\\0" + struct.pack(">I", c["format"]) + s(c["created"]) + s(c["contentCipher"])
+                         + struct.pack(">I", c["blockSize"]) + s(c["kdf"]["algorithm"])
+                         + struct.pack(">QQ", c["kdf"]["opsLimit"], c["kdf"]["memLimit"]) + s(c["kdf"]["salt"]))
+            out = ctypes.create_string_buffer(32)
+            sodium.crypto_generichash(out, 32, canonical, ctypes.c_ulonglong(len(canonical)), None, 0)
+            c["checksum"] = base64.urlsafe_b64encode(out.raw).decode().rstrip("=")
+            open(path + ".new", "w").write(json.dumps(c, indent=2, sort_keys=True) + "\\n")
+            """
+        let conf = vault.cipherdir + "/coffer.conf"
+        assertOK(Harness.run(["python3", "-c", resalt, conf]), "resalt")
+        assertOK(Harness.sh("cp \(conf) \(conf).good && chmod 600 \(conf) && mv \(conf).new \(conf)"), "swap config")
+        let info = coffer(["info", vault.cipherdir])
+        XCTAssertEqual(info.status, 13, "info with a malformed salt: \(info.stdout) \(info.stderr)")
+        let unlock = coffer(["unlock", "--socket", socket, "--passfile", vault.passfile, vault.mountpoint])
+        XCTAssertEqual(unlock.status, 13, "unlock with a malformed salt: \(unlock.stderr)")
+        let status = coffer(["status", "--json", "--socket", socket, vault.mountpoint]).stdout
+        XCTAssertTrue(status.contains("\"failedAttempts\" : 0"), "a damaged config is not a wrong secret: \(status)")
+        assertOK(Harness.sh("mv \(conf).good \(conf)"), "restore config")
+        assertOK(coffer(["unlock", "--socket", socket, "--passfile", vault.passfile, vault.mountpoint]), "unlock")
+    }
+
+    // MARK: 6. What outlives a lock: names in the kernel
+
+    func testAfterALockEveryNameAnswersEACCESRenamedLinkedOrAbsent() {
+        let vault = mountedVault()
+        let r = vault.sh("""
+            mkdir dir && echo secret > first && mv first renamed && ln renamed dir/hardlink
+            stat renamed dir/hardlink > /dev/null
+            stat absent-name 2> /dev/null && exit 1
+            \(Harness.coffer) lock "$M" > /dev/null
+            for name in renamed dir/hardlink dir absent-name; do
+              for cached in always default; do
+                if out=$(stat --cached=$cached "$M/$name" 2>&1); then echo "VISIBLE $name ($cached)"; fi
+                case "$out" in *"Permission denied"*) ;; *) echo "NOT EACCES $name ($cached): $out";; esac
+              done
+            done
+            echo checked
+            """)
+        XCTAssertTrue(r.stdout.contains("checked"), r.stdout + r.stderr)
+        XCTAssertFalse(r.stdout.contains("VISIBLE") || r.stdout.contains("NOT EACCES"), r.stdout)
+    }
+
+    /// Reads every readable mapping of the daemon (as root, through /proc/PID/mem) after
+    /// a lock: file contents written and read before the lock are nowhere in it.
+    func testAfterALockTheDaemonsMemoryHoldsNoFileContents() {
+        let vault = mountedVault()
+        let marker = "CONTENTMARKER-\(UInt32.random(in: 0...UInt32.max))-"
+        let script = """
+            import json, os, subprocess, sys
+            coffer, m, marker = sys.argv[1:4]
+            with open(os.path.join(m, "file"), "w") as f: f.write(marker * 5000)
+            with open(os.path.join(m, "small"), "w") as f: f.write(marker)
+            for name in ("file", "small"):
+                assert open(os.path.join(m, name)).read().startswith(marker)
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
+            found = 0
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in maps:
+                    fields = line.split()
+                    if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]")): continue
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    try:
+                        mem.seek(lo); found += mem.read(hi - lo).count(marker.encode())
+                    except OSError:
+                        pass
+            print("copies", found)
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, marker], timeout: 120)
+        XCTAssertTrue(r.stdout.contains("copies 0\n"), "file contents in the daemon's memory after lock: \(r.stdout) \(r.stderr)")
+    }
+
+    // MARK: 9. Secrets in clients, the daemon's log file
+
+    func testUnlockIsNotDumpableWhileItReadsThePassphrase() {
+        let vault = lockedVaultWithOpenSocket()
+        let script = """
+            import os, subprocess, sys, time
+            coffer, sock, m = sys.argv[1:4]
+            r, w = os.pipe()
+            def drop(): os.setgid(65534); os.setuid(65534)
+            p = subprocess.Popen([coffer, "unlock", "--socket", sock, m], stdin=r, preexec_fn=drop,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            os.close(r)
+            os.write(w, b"half-typed")          # no newline yet: the client is still reading
+            time.sleep(1)
+            owner = os.stat(f"/proc/{p.pid}/mem").st_uid
+            os.write(w, b"\\n"); os.close(w); p.wait(timeout=30)
+            print("mem owner", owner)
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.socket, vault.mountpoint], timeout: 60)
+        XCTAssertTrue(r.stdout.contains("mem owner 0"), "a non-dumpable process's /proc files belong to root: \(r.stdout) \(r.stderr)")
+    }
+
+    func testTheLogFileIsNeitherFollowedNorPutInADirectoryOthersWrite() {
+        let vault = MountedVault(scratch: scratch)
+        let target = scratch.file("target", "untouched\n")
+        let link = scratch.path + "/planted.log"
+        symlink(target, link)
+        let followed = coffer(["mount", "--passfile", vault.passfile, "--log-file", link, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(followed.status, 42, followed.stderr)
+        XCTAssertTrue(followed.stderr.contains("symlink"), followed.stderr)
+        XCTAssertEqual(try? String(contentsOfFile: target, encoding: .utf8), "untouched\n")
+        XCTAssertFalse(vault.isMounted)
+        let shared = scratch.mkdir("shared")
+        chmod(shared, 0o1777)
+        let open = coffer(["mount", "--passfile", vault.passfile, "--log-file", shared + "/coffer.log", vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(open.status, 42, open.stderr)
+        XCTAssertFalse(vault.isMounted)
+    }
+
+    // MARK: 10. The launcher
+
+    func testMountWorksForACallerWhoseStandardInputAndOutputAreClosed() {
+        let vault = MountedVault(scratch: scratch)
+        let r = Harness.sh("\(Harness.coffer) mount --passfile \(vault.passfile) \(vault.cipherdir) \(vault.mountpoint) <&- >&- && echo mounted >&2 || echo status=$? >&2")
+        XCTAssertTrue(r.stderr.contains("mounted"), r.stderr)
+        XCTAssertTrue(vault.isMounted)
+    }
+
+    /// A locked mount whose control socket (in the scratch directory) other users can reach.
+    func lockedVaultWithOpenSocket() -> (mountpoint: String, socket: String, passfile: String) {
+        let socketDir = scratch.mkdir("sockets")
+        let socket = socketDir + "/s.sock"
+        let vault = MountedVault(scratch: scratch)
+        let r = Harness.run([Harness.coffer, "mount", "--socket", socket, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        assertOK(Harness.sh("chmod 755 \(scratch.path) \(socketDir) && chmod 666 \(socket)"), "open up the socket")
+        return (vault.mountpoint, socket, vault.passfile)
+    }
+}
