@@ -31,11 +31,39 @@ extension PlainFileSystem {
         }
     }
 
-    /// Gives a new entry to the caller (a root daemon serving other users).
-    private func own(_ backingName: String, in dir: Node, caller: Caller) throws {
+    /// Runs `create` for a new entry, then gives the entry to the caller; if either
+    /// fails, the entry and its sidecar go again, so a failed create leaves nothing.
+    private func creating(_ new: NewName, in dir: Node, caller: Caller, mode: mode_t, _ create: () throws -> Void) throws {
+        try creating(new, in: dir, create)
+        do {
+            try own(new.name, in: dir, fd: nil, caller: caller, mode: mode)
+        } catch {
+            try? Sys.unlink(new.name, in: dir.fd)
+            new.abandon(in: dir)
+            throw error
+        }
+    }
+
+    /// Gives a new entry (`fd`, or `backingName` in `dir`) to the caller when a root
+    /// daemon serves other users. In a setgid directory it keeps the directory's group,
+    /// which the backing file system gave it. chown clears the set-ID bits of anything
+    /// but a directory, so those of `mode` (the mode it was made with) are put back.
+    func own(_ backingName: String, in dir: Node, fd: Int32?, caller: Caller, mode: mode_t) throws {
         guard options.preserveOwner else { return }
-        try retryOnInterrupt("fchownat") {
-            fchownat(dir.fd, backingName, caller.uid, caller.gid, AT_SYMLINK_NOFOLLOW)
+        let gid = try Sys.stat(dir.fd).st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
+        if let fd {
+            try retryOnInterrupt("fchown") { fchown(fd, caller.uid, gid) }
+        } else {
+            try retryOnInterrupt("fchownat") { fchownat(dir.fd, backingName, caller.uid, gid, AT_SYMLINK_NOFOLLOW) }
+        }
+        let setID = mode & (S_ISUID | S_ISGID)
+        guard setID != 0, mode & S_IFMT != S_IFDIR, mode & S_IFMT != S_IFLNK else { return }
+        if let fd {
+            try retryOnInterrupt("fchmod") { fchmod(fd, mode & 0o7777) }
+        } else {
+            let path = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+            defer { Sys.close(path) }
+            try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(path)", mode & 0o7777) }
         }
     }
 
@@ -50,8 +78,10 @@ extension PlainFileSystem {
             let iv: [UInt8]
             do {
                 iv = try DirectoryIV.create(in: fd, durable: false)
-                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777) }
-                try own(backing.name, in: dir, caller: caller)
+                // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
+                let inherited = try Sys.stat(fd).st_mode & S_ISGID
+                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777 | inherited) }
+                try own(backing.name, in: dir, fd: nil, caller: caller, mode: S_IFDIR)
             } catch {
                 try? Sys.unlink(DirectoryIV.fileName, in: fd)
                 try? Sys.unlink(backing.name, in: dir.fd, directory: true)
@@ -68,14 +98,13 @@ extension PlainFileSystem {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir) {
+            try creating(backing, in: dir, caller: caller, mode: mode) {
                 if mode & S_IFMT == S_IFREG {
                     Sys.close(try Sys.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777))
                 } else {
                     try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
                 }
             }
-            try own(backing.name, in: dir, caller: caller)
             return try enter(backing.name, in: dir, plainName: name)
         }
     }
@@ -85,8 +114,7 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let stored = try keys.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir) { try Sys.symlink(target: stored, name: backing.name, in: dir.fd) }
-            try own(backing.name, in: dir, caller: caller)
+            try creating(backing, in: dir, caller: caller, mode: S_IFLNK) { try Sys.symlink(target: stored, name: backing.name, in: dir.fd) }
             return try enter(backing.name, in: dir, plainName: name)
         }
     }
