@@ -17,7 +17,7 @@ extension PlainFileSystem {
 
     /// Prepares a new name in `dir`: its backing name, with the long-name sidecar written.
     func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> NewName {
-        let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+        let backing = try backingName(name, in: dir, keys: keys)
         return NewName(backing: backing, createdSidecar: try NameTransform.writeSidecar(backing, in: dir.fd))
     }
 
@@ -140,7 +140,7 @@ extension PlainFileSystem {
     public func unlink(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let backing = try backingName(name, in: dir, keys: keys)
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
         }
@@ -151,7 +151,7 @@ extension PlainFileSystem {
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let backing = try backingName(name, in: dir, keys: keys)
             let fd = try Sys.open(backing.name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
             defer { Sys.close(fd) }
             try removingDirectoryIV(fd) {
@@ -193,7 +193,7 @@ extension PlainFileSystem {
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
-            let old = try keys.names.backingName(for: name, dirIV: try from.directoryIV())
+            let old = try backingName(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)

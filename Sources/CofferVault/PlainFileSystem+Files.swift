@@ -56,6 +56,12 @@ extension PlainFileSystem {
             // if they cannot, nothing is truncated and no handle is made.
             let dropped: Bool
             do {
+                // A length that no write leaves (a last block cut inside its nonce or tag,
+                // bytes after the last whole block, a short header) is damage, reported
+                // here: the kernel asks for no byte past the whole blocks it is shown.
+                if !truncate {
+                    try reportingDamage(node) { _ = try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size)) }
+                }
                 dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd, caller: caller) : false
             } catch {
                 Sys.close(fd)

@@ -180,9 +180,14 @@ public final class PlainFileSystem: @unchecked Sendable {
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
-            return try enter(backing.name, in: dir, plainName: name)
+            return try enter(try backingName(name, in: dir, keys: keys).name, in: dir, plainName: name)
         }
+    }
+
+    /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
+    /// the directory, whichever operation meets it.
+    func backingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
+        try keys.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
     }
 
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.

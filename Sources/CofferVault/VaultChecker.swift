@@ -106,10 +106,14 @@ public final class VaultChecker {
     private func checkFile(_ backingName: String, in dir: Int32, path: String) {
         summary.files += 1
         let fd: Int32
-        do { fd = try Sys.open(backingName, in: dir, flags: O_RDONLY | O_NOFOLLOW) } catch {
+        // Non-blocking: a FIFO put in the file's place since the fstatat opens at once.
+        do { fd = try Sys.open(backingName, in: dir, flags: O_RDONLY | O_NOFOLLOW | O_NONBLOCK) } catch {
             return problem(path, "cannot open: \(error)")
         }
         defer { Sys.close(fd) }
+        guard let st = try? Sys.stat(fd), st.st_mode & S_IFMT == S_IFREG else {
+            return problem(path, "was replaced by something other than a regular file while it was checked")
+        }
         checkXattrs("/proc/self/fd/\(fd)", path: path)
         let file = ContentFile(fd: fd, cipher: keys.content)
         let size: Int64
