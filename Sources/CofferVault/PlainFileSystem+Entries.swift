@@ -114,7 +114,22 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let stored = try keys.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir, caller: caller, mode: S_IFLNK) { try Sys.symlink(target: stored, name: backing.name, in: dir.fd) }
+            // A long target's sidecar is written before the link, and goes if the link is not made.
+            let wroteSidecar: Bool
+            do {
+                wroteSidecar = try SymlinkCodec.writeSidecar(stored, in: nodes.root.fd)
+            } catch {
+                backing.abandon(in: dir)
+                throw error
+            }
+            do {
+                try creating(backing, in: dir, caller: caller, mode: S_IFLNK) {
+                    try Sys.symlink(target: stored.linkTarget, name: backing.name, in: dir.fd)
+                }
+            } catch {
+                if wroteSidecar { SymlinkCodec.removeSidecar(stored.linkTarget, in: nodes.root.fd) }
+                throw error
+            }
             return try enter(backing.name, in: dir, plainName: name)
         }
     }
@@ -122,7 +137,9 @@ extension PlainFileSystem {
     public func readlink(_ id: UInt64) throws -> [UInt8] {
         try withKeys { keys in
             let node = nodes.node(id)
-            return try reportingDamage(node) { try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd)) }
+            return try reportingDamage(node) {
+                try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
+            }
         }
     }
 
@@ -141,9 +158,21 @@ extension PlainFileSystem {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try backingName(name, in: dir, keys: keys)
+            let targetSidecar = lastLinkTargetSidecar(backing.name, in: dir, keys: keys)
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
+            if let targetSidecar { SymlinkCodec.removeSidecar(targetSidecar, in: nodes.root.fd) }
         }
+    }
+
+    /// The target sidecar of backing entry `backingName` if it is the last link to a
+    /// symlink with a long target (whose sidecar must go with it), else nil. One fstatat,
+    /// and only in vaults that have such sidecars.
+    private func lastLinkTargetSidecar(_ backingName: String, in dir: Node, keys: Keys) -> String? {
+        guard keys.symlinks.longTargets, let st = try? Sys.stat(backingName, in: dir.fd),
+              st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
+              let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
+        return keys.symlinks.sidecar(of: linkTarget)
     }
 
     /// Removes an empty directory: its IV file (and orphan sidecars) first, restored if
@@ -195,6 +224,9 @@ extension PlainFileSystem {
             let from = nodes.node(parent), to = nodes.node(newParent)
             let old = try backingName(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
+            // A symlink replaced by the rename takes its long target's sidecar with it.
+            let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
+                ? lastLinkTargetSidecar(new.name, in: to, keys: keys) : nil
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
             } catch {
@@ -206,6 +238,7 @@ extension PlainFileSystem {
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) {
                 NameTransform.removeSidecar(old, in: from.fd)
             }
+            if let replacedSidecar { SymlinkCodec.removeSidecar(replacedSidecar, in: nodes.root.fd) }
         }
     }
 
@@ -252,7 +285,7 @@ extension PlainFileSystem {
                 let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
                 try retryOnInterrupt("utimensat") { utimensat(node.fd, "", times, AT_EMPTY_PATH) }
             }
-            return plain(try Sys.stat(node.fd))
+            return plain(try Sys.stat(node.fd), of: node.fd)
         }
     }
 }

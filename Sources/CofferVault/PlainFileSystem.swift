@@ -41,10 +41,10 @@ public final class PlainFileSystem: @unchecked Sendable {
         let symlinks: SymlinkCodec
         let xattrs: XattrCodec
 
-        init(_ set: KeySet) {
+        init(_ set: KeySet, longSymlinkTargets: Bool) {
             self.set = set
             names = NameTransform(cipher: set.names)
-            symlinks = SymlinkCodec(box: set.metadata)
+            symlinks = SymlinkCodec(box: set.metadata, longTargets: longSymlinkTargets)
             xattrs = XattrCodec(names: set.xattrNames, box: set.metadata)
         }
     }
@@ -96,7 +96,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         master.wipe()
         gate.writing {
             keys?.set.wipe()
-            keys = Keys(set)
+            keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
         }
     }
@@ -137,14 +137,18 @@ public final class PlainFileSystem: @unchecked Sendable {
 
     // MARK: Attributes
 
-    /// The plaintext view of a backing stat: sizes of files and symlinks converted.
-    func plain(_ st: stat) -> stat {
+    /// The plaintext view of a backing stat (of `fd`): sizes of files and symlinks converted.
+    func plain(_ st: stat, of fd: Int32) -> stat {
         var out = st
         switch st.st_mode & S_IFMT {
         case S_IFREG:
             let size = Int64(st.st_size)
             // A damaged length still gets a size: the whole blocks before the cut.
             out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size)) ?? BlockLayout.plainSizeOfWholeBlocks(cipherSize: size))
+        case S_IFLNK where st.st_size == SymlinkCodec.referenceLength && vault.config.storesLongSymlinkTargets:
+            // A long target: its length is its sidecar's.
+            let sidecar = (try? Sys.readlink("", in: fd)).flatMap { try? Sys.stat($0, in: nodes.root.fd) }
+            out.st_size = SymlinkCodec.plainLength(storedLength: Int(sidecar?.st_size ?? 0))
         case S_IFLNK:
             out.st_size = SymlinkCodec.plainLength(storedLength: Int(st.st_size))
         default:
@@ -156,8 +160,11 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Attributes of a node. The root answers even while locked, so that `mountpoint`,
     /// `df` and `stat` of the mount work.
     public func getattr(_ id: UInt64) throws -> stat {
-        if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd)) }
-        return try withKeys { _ in plain(try Sys.stat(nodes.node(id).fd)) }
+        if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd), of: nodes.root.fd) }
+        return try withKeys { _ in
+            let fd = nodes.node(id).fd
+            return plain(try Sys.stat(fd), of: fd)
+        }
     }
 
     /// Free space of the backing file system, scaled to plaintext bytes. Works while locked.
@@ -197,7 +204,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         do { st = try Sys.stat(fd) } catch { Sys.close(fd); throw error }
         let node = nodes.remember(fd: fd, stat: st)
         node.setName(plainName, parent: dir)
-        return Entry(node: nodes.id(of: node), attributes: plain(st))
+        return Entry(node: nodes.id(of: node), attributes: plain(st, of: fd))
     }
 
     /// The kernel dropped `count` references to `node`.

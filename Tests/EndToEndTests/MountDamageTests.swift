@@ -124,4 +124,28 @@ final class MountDamageTests: EndToEndCase {
         XCTAssertTrue(vault.log.contains("file truncated"), vault.log)
         assertOK(vault.sh(": > cut && echo fresh > cut && test \"$(cat cut)\" = fresh"), "a damaged file can be emptied and rewritten")
     }
+
+    /// A long symlink target's sidecar that was altered is EIO in the mount (logged) and
+    /// damage for fsck; one that no symlink names is reported as a harmless leftover.
+    func testDamagedAndOrphanSymlinkTargetSidecars() {
+        let vault = mountedVault()
+        assertOK(vault.sh("ln -s \"$(head -c 4000 /dev/zero | tr '\\0' a)\" a && ln -s \"$(head -c 3500 /dev/zero | tr '\\0' b)\" b"), "long links")
+        let inodes = vault.sh("stat -c %i a b").stdout.split(separator: "\n").map(String.init)
+        vault.unmount()
+        let (a, b) = (backingPath(vault, inode: inodes[0]), backingPath(vault, inode: inodes[1]))
+        assertOK(Harness.sh("""
+            s="\(vault.cipherdir)/$(readlink '\(a)')" && chmod 600 "$s" && printf '!' | dd of="$s" bs=1 seek=100 conv=notrunc status=none
+            rm '\(b)'
+            """), "alter a's sidecar, remove b's link")
+        let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", vault.passfile, vault.cipherdir])
+        XCTAssertNotEqual(fsck.status, 0)
+        let report = fsck.stdout + fsck.stderr
+        XCTAssertTrue(report.contains("/a: symlink-target sidecar coffer.target."), report)
+        XCTAssertTrue(report.contains("orphan symlink-target sidecar (harmless)"), report)
+        vault.mount()
+        let r = vault.sh("readlink -v a")
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+        XCTAssertTrue(vault.log.contains("damage: /a ("), vault.log)
+    }
 }
