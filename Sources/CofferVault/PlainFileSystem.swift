@@ -147,7 +147,8 @@ public final class PlainFileSystem: @unchecked Sendable {
             out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size)) ?? BlockLayout.plainSizeOfWholeBlocks(cipherSize: size))
         case S_IFLNK where st.st_size == SymlinkCodec.referenceLength && vault.config.storesLongSymlinkTargets:
             // A long target: its length is its sidecar's.
-            let sidecar = (try? Sys.readlink("", in: fd)).flatMap { try? Sys.stat($0, in: nodes.root.fd) }
+            let reference = (try? Sys.readlink("", in: fd)).flatMap { SymlinkCodec.isReference($0) ? $0 : nil }
+            let sidecar = reference.flatMap { try? Sys.stat($0, in: nodes.root.fd) }
             out.st_size = SymlinkCodec.plainLength(storedLength: Int(sidecar?.st_size ?? 0))
         case S_IFLNK:
             out.st_size = SymlinkCodec.plainLength(storedLength: Int(st.st_size))

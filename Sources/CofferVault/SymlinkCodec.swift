@@ -90,7 +90,12 @@ public struct SymlinkCodec {
 
     /// The sidecar that backing symlink target `linkTarget` names, if it names one.
     public func sidecar(of linkTarget: String) -> String? {
-        longTargets && linkTarget.hasPrefix(Self.sidecarPrefix) ? linkTarget : nil
+        longTargets && Self.isReference(linkTarget) ? linkTarget : nil
+    }
+
+    /// Whether `linkTarget` has the shape of a sidecar's name (never a path elsewhere).
+    static func isReference(_ linkTarget: String) -> Bool {
+        linkTarget.utf8.count == referenceLength && linkTarget.hasPrefix(sidecarPrefix) && !linkTarget.contains("/")
     }
 
     /// Writes the sidecar of a long target into `root`, durably, before the link is made
