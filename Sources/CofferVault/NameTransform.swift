@@ -105,7 +105,12 @@ public struct NameTransform {
     @discardableResult
     public static func writeSidecar(_ name: BackingName, in dir: Int32) throws -> Bool {
         guard case .long(_, let encoded) = name, let sidecar = name.sidecar else { return false }
-        let content = Array(encoded.utf8)
+        return try writeSidecar(Array(encoded.utf8), named: sidecar, in: dir)
+    }
+
+    /// Writes `content` as the sidecar file `sidecar` of `dir`, durably and mode 0400, as
+    /// `writeSidecar(_:in:)` does (also used for long symlink targets).
+    static func writeSidecar(_ content: [UInt8], named sidecar: String, in dir: Int32) throws -> Bool {
         for _ in 0..<2 {
             let fd: Int32
             do {

@@ -17,7 +17,7 @@ extension PlainFileSystem {
 
     /// Prepares a new name in `dir`: its backing name, with the long-name sidecar written.
     func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> NewName {
-        let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+        let backing = try backingName(name, in: dir, keys: keys)
         return NewName(backing: backing, createdSidecar: try NameTransform.writeSidecar(backing, in: dir.fd))
     }
 
@@ -31,11 +31,39 @@ extension PlainFileSystem {
         }
     }
 
-    /// Gives a new entry to the caller (a root daemon serving other users).
-    private func own(_ backingName: String, in dir: Node, caller: Caller) throws {
+    /// Runs `create` for a new entry, then gives the entry to the caller; if either
+    /// fails, the entry and its sidecar go again, so a failed create leaves nothing.
+    private func creating(_ new: NewName, in dir: Node, caller: Caller, mode: mode_t, _ create: () throws -> Void) throws {
+        try creating(new, in: dir, create)
+        do {
+            try own(new.name, in: dir, fd: nil, caller: caller, mode: mode)
+        } catch {
+            try? Sys.unlink(new.name, in: dir.fd)
+            new.abandon(in: dir)
+            throw error
+        }
+    }
+
+    /// Gives a new entry (`fd`, or `backingName` in `dir`) to the caller when a root
+    /// daemon serves other users. In a setgid directory it keeps the directory's group,
+    /// which the backing file system gave it. chown clears the set-ID bits of anything
+    /// but a directory, so those of `mode` (the mode it was made with) are put back.
+    func own(_ backingName: String, in dir: Node, fd: Int32?, caller: Caller, mode: mode_t) throws {
         guard options.preserveOwner else { return }
-        try retryOnInterrupt("fchownat") {
-            fchownat(dir.fd, backingName, caller.uid, caller.gid, AT_SYMLINK_NOFOLLOW)
+        let gid = try Sys.stat(dir.fd).st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
+        if let fd {
+            try retryOnInterrupt("fchown") { fchown(fd, caller.uid, gid) }
+        } else {
+            try retryOnInterrupt("fchownat") { fchownat(dir.fd, backingName, caller.uid, gid, AT_SYMLINK_NOFOLLOW) }
+        }
+        let setID = mode & (S_ISUID | S_ISGID)
+        guard setID != 0, mode & S_IFMT != S_IFDIR, mode & S_IFMT != S_IFLNK else { return }
+        if let fd {
+            try retryOnInterrupt("fchmod") { fchmod(fd, mode & 0o7777) }
+        } else {
+            let path = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+            defer { Sys.close(path) }
+            try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(path)", mode & 0o7777) }
         }
     }
 
@@ -60,8 +88,10 @@ extension PlainFileSystem {
                 let fd = try Sys.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
                 defer { Sys.close(fd) }
                 iv = try DirectoryIV.create(in: fd, durable: false)
-                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777) }
-                try own(temp, in: dir, caller: caller)
+                // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
+                let inherited = try Sys.stat(fd).st_mode & S_ISGID
+                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777 | inherited) }
+                try own(temp, in: dir, fd: nil, caller: caller, mode: S_IFDIR)
                 try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {
                 try? DirectoryIV.removeEmptyDirectory(temp, in: dir.fd)
@@ -78,14 +108,13 @@ extension PlainFileSystem {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir) {
+            try creating(backing, in: dir, caller: caller, mode: mode) {
                 if mode & S_IFMT == S_IFREG {
                     Sys.close(try Sys.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777))
                 } else {
                     try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
                 }
             }
-            try own(backing.name, in: dir, caller: caller)
             return try enter(backing.name, in: dir, plainName: name)
         }
     }
@@ -95,8 +124,22 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let stored = try keys.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir) { try Sys.symlink(target: stored, name: backing.name, in: dir.fd) }
-            try own(backing.name, in: dir, caller: caller)
+            // A long target's sidecar is written before the link, and goes if the link is not made.
+            let wroteSidecar: Bool
+            do {
+                wroteSidecar = try SymlinkCodec.writeSidecar(stored, in: nodes.root.fd)
+            } catch {
+                backing.abandon(in: dir)
+                throw error
+            }
+            do {
+                try creating(backing, in: dir, caller: caller, mode: S_IFLNK) {
+                    try Sys.symlink(target: stored.linkTarget, name: backing.name, in: dir.fd)
+                }
+            } catch {
+                if wroteSidecar { SymlinkCodec.removeSidecar(stored.linkTarget, in: nodes.root.fd) }
+                throw error
+            }
             return try enter(backing.name, in: dir, plainName: name)
         }
     }
@@ -104,7 +147,9 @@ extension PlainFileSystem {
     public func readlink(_ id: UInt64) throws -> [UInt8] {
         try withKeys { keys in
             let node = nodes.node(id)
-            return try reportingDamage(node) { try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd)) }
+            return try reportingDamage(node) {
+                try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
+            }
         }
     }
 
@@ -122,10 +167,22 @@ extension PlainFileSystem {
     public func unlink(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let backing = try backingName(name, in: dir, keys: keys)
+            let targetSidecar = lastLinkTargetSidecar(backing.name, in: dir, keys: keys)
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
+            if let targetSidecar { SymlinkCodec.removeSidecar(targetSidecar, in: nodes.root.fd) }
         }
+    }
+
+    /// The target sidecar of backing entry `backingName` if it is the last link to a
+    /// symlink with a long target (whose sidecar must go with it), else nil. One fstatat,
+    /// and only in vaults that have such sidecars.
+    private func lastLinkTargetSidecar(_ backingName: String, in dir: Node, keys: Keys) -> String? {
+        guard keys.symlinks.longTargets, let st = try? Sys.stat(backingName, in: dir.fd),
+              st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
+              let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
+        return keys.symlinks.sidecar(of: linkTarget)
     }
 
     /// Removes an empty directory: first renamed out of the way, then emptied of its IV
@@ -134,7 +191,7 @@ extension PlainFileSystem {
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let backing = try backingName(name, in: dir, keys: keys)
             try replacingEmptyDirectory(backing.name, in: dir) {}
             NameTransform.removeSidecar(backing, in: dir.fd)
         }
@@ -164,8 +221,11 @@ extension PlainFileSystem {
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
-            let old = try keys.names.backingName(for: name, dirIV: try from.directoryIV())
+            let old = try backingName(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
+            // A symlink replaced by the rename takes its long target's sidecar with it.
+            let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
+                ? lastLinkTargetSidecar(new.name, in: to, keys: keys) : nil
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
                 to.rememberEntry(newName)
@@ -178,6 +238,7 @@ extension PlainFileSystem {
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) {
                 NameTransform.removeSidecar(old, in: from.fd)
             }
+            if let replacedSidecar { SymlinkCodec.removeSidecar(replacedSidecar, in: nodes.root.fd) }
         }
     }
 
@@ -223,7 +284,7 @@ extension PlainFileSystem {
                 let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
                 try retryOnInterrupt("utimensat") { utimensat(node.fd, "", times, AT_EMPTY_PATH) }
             }
-            return plain(try Sys.stat(node.fd))
+            return plain(try Sys.stat(node.fd), of: node.fd)
         }
     }
 }

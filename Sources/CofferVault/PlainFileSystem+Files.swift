@@ -37,6 +37,8 @@ extension PlainFileSystem {
         return ((writable ? O_RDWR : O_RDONLY) | kept, writable)
     }
 
+    /// The handle of a new open file; with `truncate` the content is emptied first (the
+    /// descriptor is closed again if that fails).
     private func openHandle(_ node: Node, fd: Int32, flags: Int32, writable: Bool, truncate: Bool, keys: Keys) throws -> UInt64 {
         // O_SYNC includes the O_DSYNC bit.
         let file = OpenFile(node: node, fd: fd, writable: writable, synchronous: flags & O_DSYNC != 0)
@@ -53,11 +55,24 @@ extension PlainFileSystem {
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
-            let truncate = flags & O_TRUNC != 0
-            let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
-            if truncate && writable && !caller.keepsSetID, try dropSetID(node, fd: fd, caller: caller) {
-                onAttributesChanged(id)
+            let truncate = flags & O_TRUNC != 0 && writable
+            // Set-ID bits go before the content, as one change on a local file system;
+            // if they cannot, nothing is truncated and no handle is made.
+            let dropped: Bool
+            do {
+                // A length that no write leaves (a last block cut inside its nonce or tag,
+                // bytes after the last whole block, a short header) is damage, reported
+                // here: the kernel asks for no byte past the whole blocks it is shown.
+                if !truncate {
+                    try reportingDamage(node) { _ = try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size)) }
+                }
+                dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd, caller: caller) : false
+            } catch {
+                Sys.close(fd)
+                throw error
             }
+            let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
+            if dropped { onAttributesChanged(id) }
             return handle
         }
     }
@@ -67,16 +82,26 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
-            let fd: Int32
+            var fd: Int32 = -1, created = true
             do {
-                fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_CREAT | O_NOFOLLOW | (flags & O_EXCL),
-                                  mode: mode & 0o7777)
+                do {
+                    fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
+                } catch let error as Errno where error.code == EEXIST && flags & O_EXCL == 0 {
+                    // Made since the kernel's lookup: opened as it is, and not ours to give away.
+                    fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_NOFOLLOW)
+                    created = false
+                }
             } catch {
                 new.abandon(in: dir)
                 throw error
             }
-            if options.preserveOwner {
-                _ = fchown(fd, caller.uid, caller.gid)
+            do {
+                if created { try own(new.name, in: dir, fd: fd, caller: caller, mode: mode) }
+            } catch {
+                Sys.close(fd)
+                try? Sys.unlink(new.name, in: dir.fd)
+                new.abandon(in: dir)
+                throw error
             }
             let entry: Entry
             do {

@@ -42,10 +42,10 @@ public final class PlainFileSystem: @unchecked Sendable {
         let symlinks: SymlinkCodec
         let xattrs: XattrCodec
 
-        init(_ set: KeySet) {
+        init(_ set: KeySet, longSymlinkTargets: Bool) {
             self.set = set
             names = NameTransform(cipher: set.names)
-            symlinks = SymlinkCodec(box: set.metadata)
+            symlinks = SymlinkCodec(box: set.metadata, longTargets: longSymlinkTargets)
             xattrs = XattrCodec(names: set.xattrNames, box: set.metadata)
         }
     }
@@ -109,7 +109,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         let set = KeySet(master: master)
         master.wipe()
         let replaced: Keys? = gate.withLock {
-            defer { keys = Keys(set) }
+            defer { keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets) }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
             return keys
         }
@@ -189,14 +189,19 @@ public final class PlainFileSystem: @unchecked Sendable {
 
     // MARK: Attributes
 
-    /// The plaintext view of a backing stat: sizes of files and symlinks converted.
-    func plain(_ st: stat) -> stat {
+    /// The plaintext view of a backing stat (of `fd`): sizes of files and symlinks converted.
+    func plain(_ st: stat, of fd: Int32) -> stat {
         var out = st
         switch st.st_mode & S_IFMT {
         case S_IFREG:
             let size = Int64(st.st_size)
             // A damaged length still gets a size: the whole blocks before the cut.
             out.st_size = Int((try? BlockLayout.plainSize(cipherSize: size)) ?? BlockLayout.plainSizeOfWholeBlocks(cipherSize: size))
+        case S_IFLNK where st.st_size == SymlinkCodec.referenceLength && vault.config.storesLongSymlinkTargets:
+            // A long target: its length is its sidecar's.
+            let reference = (try? Sys.readlink("", in: fd)).flatMap { SymlinkCodec.isReference($0) ? $0 : nil }
+            let sidecar = reference.flatMap { try? Sys.stat($0, in: nodes.root.fd) }
+            out.st_size = SymlinkCodec.plainLength(storedLength: Int(sidecar?.st_size ?? 0))
         case S_IFLNK:
             out.st_size = SymlinkCodec.plainLength(storedLength: Int(st.st_size))
         default:
@@ -208,8 +213,11 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Attributes of a node. The root answers even while locked, so that `mountpoint`,
     /// `df` and `stat` of the mount work.
     public func getattr(_ id: UInt64) throws -> stat {
-        if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd)) }
-        return try withKeys { _ in plain(try Sys.stat(nodes.node(id).fd)) }
+        if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd), of: nodes.root.fd) }
+        return try withKeys { _ in
+            let fd = nodes.node(id).fd
+            return plain(try Sys.stat(fd), of: fd)
+        }
     }
 
     /// Free space of the backing file system, scaled to plaintext bytes. Works while locked.
@@ -232,7 +240,7 @@ public final class PlainFileSystem: @unchecked Sendable {
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try keys.names.backingName(for: name, dirIV: try dir.directoryIV())
+            let backing = try backingName(name, in: dir, keys: keys)
             do {
                 return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
             } catch let error as Errno where error.code == ENOENT {
@@ -262,7 +270,7 @@ public final class PlainFileSystem: @unchecked Sendable {
             guard !restored.isEmpty else { return entry }
             log("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
             onAttributesChanged(entry.node)
-            return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd)))
+            return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd))
         } catch {
             log("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
             return entry
@@ -278,6 +286,12 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// daemon's clean exit.
     public func finish() throws { try journal?.trim() }
 
+    /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
+    /// the directory, whichever operation meets it.
+    func backingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
+        try keys.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
+    }
+
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
     func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {
         let fd = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
@@ -286,7 +300,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         let node = nodes.remember(fd: fd, stat: st)
         node.setName(plainName, parent: dir)
         dir.rememberEntry(plainName)
-        return Entry(node: nodes.id(of: node), attributes: plain(st))
+        return Entry(node: nodes.id(of: node), attributes: plain(st, of: fd))
     }
 
     /// The kernel dropped `count` references to `node`.

@@ -48,8 +48,8 @@ public final class Vault {
     /// Creates a vault in the empty directory `path`: a new master key wrapped under
     /// `passphrase` (Argon2id with `kdf`) and under a new recovery key, which is returned
     /// and must be shown to the user once.
-    public static func create(at path: String, passphrase: SecureBytes,
-                              kdf: KDFParameters = .standard) throws -> (vault: Vault, recoveryKey: SecureBytes) {
+    public static func create(at path: String, passphrase: SecureBytes, kdf: KDFParameters = .standard,
+                              format: Int = VaultConfig.currentFormat) throws -> (vault: Vault, recoveryKey: SecureBytes) {
         let fd = try openDirectory(path)
         var handedOver = false
         defer { if !handedOver { Sys.close(fd) } }
@@ -61,7 +61,7 @@ public final class Vault {
         let formatter = ISO8601DateFormatter()
         formatter.timeZone = TimeZone(identifier: "UTC")
         var config = VaultConfig(
-            format: VaultConfig.currentFormat, created: formatter.string(from: Date()),
+            format: format, created: formatter.string(from: Date()),
             contentCipher: VaultConfig.cipherName, blockSize: ContentCipher.blockSize,
             kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: kdf.opsLimit,
                        memLimit: kdf.memLimit, salt: Base64URL.encode(salt)),

@@ -50,7 +50,7 @@ public final class VaultChecker {
         self.repair = repair
         keys = KeySet(master: master)
         names = NameTransform(cipher: keys.names)
-        symlinks = SymlinkCodec(box: keys.metadata)
+        symlinks = SymlinkCodec(box: keys.metadata, longTargets: vault.config.storesLongSymlinkTargets)
         xattrs = XattrCodec(names: keys.xattrNames, box: keys.metadata)
         self.report = { problem in report(problem) }
         self.progress = progress
@@ -76,7 +76,20 @@ public final class VaultChecker {
     /// Checks everything below the vault root.
     public func run() -> VaultCheckSummary {
         checkDirectory(root, path: "")
+        checkTargetSidecars()
         return summary
+    }
+
+    /// Long-target sidecars that some symlink named.
+    private var namedTargetSidecars = Set<String>()
+
+    /// Sidecars of long symlink targets that no symlink names (left by a crash between
+    /// writing one and making the link, or removing the link and the sidecar).
+    private func checkTargetSidecars() {
+        guard let entries = try? Sys.listDirectory(root) else { return }
+        for name in entries where name.hasPrefix(SymlinkCodec.sidecarPrefix) && !namedTargetSidecars.contains(name) {
+            leftover("", "orphan symlink-target sidecar (harmless)", backingName: name) { try Sys.unlink(name, in: root) }
+        }
     }
 
     private func checkDirectory(_ dir: Int32, path: String) {
@@ -129,7 +142,13 @@ public final class VaultChecker {
                 case S_IFREG:
                     checkFile(entry.name, in: dir, path: childPath)
                 case S_IFLNK:
-                    do { _ = try symlinks.decrypt(try Sys.readlink(entry.name, in: dir)) } catch { problem(childPath, "\(error)") }
+                    do {
+                        let linkTarget = try Sys.readlink(entry.name, in: dir)
+                        if let sidecar = symlinks.sidecar(of: linkTarget) { namedTargetSidecars.insert(sidecar) }
+                        _ = try symlinks.decrypt(linkTarget, sidecarsIn: root)
+                    } catch {
+                        problem(childPath, "\(error)")
+                    }
                 default:
                     break
                 }

@@ -8,8 +8,10 @@ public struct VaultConfig: Codable, Equatable {
     /// Name of the config file at the root of the backing directory.
     public static let fileName = "coffer.conf"
     /// Format version written by this build (docs/FORMAT.md).
-    public static let currentFormat = 1
-    /// The only content cipher of format 1.
+    public static let currentFormat = 2
+    /// Format versions this build reads: 1 differs only in refusing long symlink targets.
+    public static let supportedFormats = 1...2
+    /// The only content cipher of formats 1 and 2.
     public static let cipherName = "xchacha20-poly1305"
 
     public struct KDF: Codable, Equatable {
@@ -33,6 +35,8 @@ public struct VaultConfig: Codable, Equatable {
     public static let recoverySlot = "recovery"
 
     public var format: Int
+    /// Symlink targets too long for the backing symlink go into a sidecar (format 2 on).
+    public var storesLongSymlinkTargets: Bool { format >= 2 }
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String
@@ -81,7 +85,7 @@ public struct VaultConfig: Codable, Equatable {
         guard let version = try? JSONDecoder().decode(Version.self, from: Data(bytes)) else {
             throw VaultError.configMalformed(reason: "not a JSON object with a numeric \"format\"")
         }
-        guard version.format == currentFormat else { throw VaultError.unsupportedFormat(version: version.format) }
+        guard supportedFormats.contains(version.format) else { throw VaultError.unsupportedFormat(version: version.format) }
         let config: VaultConfig
         do {
             config = try JSONDecoder().decode(VaultConfig.self, from: Data(bytes))

@@ -43,6 +43,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case nameDamaged(backingName: String)
     /// A long-name sidecar is missing, or does not match the hashed name.
     case longNameDamaged(backingName: String)
+    /// A long symlink target's sidecar is missing, or does not match the name the link gives.
+    case symlinkSidecarDamaged(reference: String)
     /// A directory's IV file is missing or of the wrong length.
     case directoryIVDamaged(reason: String)
     /// A plaintext name is longer than 255 bytes (ENAMETOOLONG).
@@ -62,7 +64,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .alreadyMounted(let path): return "\(path) is already mounted by another coffer daemon (one vault, one mount)"
         case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"
-        case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows version \(VaultConfig.currentFormat))"
+        case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows versions \(VaultConfig.supportedFormats.lowerBound) to \(VaultConfig.supportedFormats.upperBound))"
         case .unsupportedParameter(let p): return "the vault config asks for an unsupported \(p)"
         case .kdfParametersRefused(let ops, let mem):
             return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
@@ -76,6 +78,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .blockDamaged(let index): return "block \(index) failed authentication"
         case .nameDamaged(let name): return "encrypted name \(name) failed authentication"
         case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"
+        case .symlinkSidecarDamaged(let reference): return "symlink-target sidecar \(reference) is missing or damaged"
         case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
         case .nameTooLong: return "file name too long (more than 255 bytes)"
         case .invalidName: return "invalid file name"

@@ -26,10 +26,16 @@ struct InitCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Argon2id memory in MiB (default \(KDFParameters.standard.memLimit >> 20), minimum \(KDFParameters.floor.memLimit >> 20)).", visibility: .hidden))
     var kdfMemory: UInt64 = KDFParameters.standard.memLimit >> 20
 
+    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default \(VaultConfig.currentFormat); 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
+    var format: Int = VaultConfig.currentFormat
+
     @Argument(help: "The empty directory that will hold the encrypted files.")
     var cipherdir: String
 
     func validate() throws {
+        guard VaultConfig.supportedFormats.contains(format) else {
+            throw ValidationError("--format must be \(VaultConfig.supportedFormats.lowerBound)…\(VaultConfig.supportedFormats.upperBound)")
+        }
         let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
         guard kdf.isAcceptable else {
             throw ValidationError("--kdf-ops must be \(KDFParameters.floor.opsLimit)…\(KDFParameters.ceiling.opsLimit) and --kdf-memory \(KDFParameters.floor.memLimit >> 20)…\(KDFParameters.ceiling.memLimit >> 20) MiB")
@@ -61,7 +67,7 @@ struct InitCommand: ParsableCommand {
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             let (_, recoveryKey) = try Vault.create(
                 at: cipherdir, passphrase: passphrase,
-                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20))
+                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20), format: format)
             passphrase.wipe()
             let text = RecoveryKey.format(recoveryKey)
             recoveryKey.wipe()

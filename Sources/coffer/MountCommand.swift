@@ -141,6 +141,9 @@ struct MountCommand: ParsableCommand {
     private func serve(status: StatusReport) throws {
         ProcessHardening.disableCoreDumps()
         ProcessHardening.raiseDescriptorLimit()
+        // The kernel has applied the caller's umask to every mode it sends; the daemon's
+        // own (UMask=0077 in the units) must not be applied a second time.
+        umask(0)
         // The launcher's pipes must not reach the processes libfuse starts (fusermount3).
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)

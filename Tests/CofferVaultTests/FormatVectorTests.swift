@@ -46,8 +46,17 @@ final class FormatVectorTests: XCTestCase {
         out.append(("name_long_backing", long.name))
         if case .long(_, let encoded) = long { out.append(("name_long_sidecar", encoded)) }
 
+        // Symlink targets sealed under the nonce c0 c1 … d7: one in the link, one in a sidecar.
+        let symlinks = SymlinkCodec(box: keys.metadata, longTargets: true)
+        let symlinkNonce = bytes(from: 0xc0, count: 24)
+        out.append(("symlink_short_plain", "../target"))
+        out.append(("symlink_short_backing", try symlinks.encrypt(Array("../target".utf8), nonce: symlinkNonce).linkTarget))
+        out.append(("symlink_long_plain", "3100 × 't' (0x74)"))
+        out.append(("symlink_long_backing", try symlinks.encrypt([UInt8](repeating: 0x74, count: 3100), nonce: symlinkNonce).linkTarget))
+
         // Key slots of a config with fixed salt, time and nonces.
-        var config = VaultConfig(format: 1, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+        out.append(("config_format", "\(VaultConfig.currentFormat)"))
+        var config = VaultConfig(format: VaultConfig.currentFormat, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
                                  blockSize: 4096,
                                  kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
                                             salt: Base64URL.encode(bytes(from: 0x10, count: 16))),
@@ -119,7 +128,7 @@ final class FormatVectorTests: XCTestCase {
         let pass = SecureBytes(count: 28)
         pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
         let kek = try PassphraseKDF.deriveKey(passphrase: pass, salt: Self.bytes(from: 0x10, count: 16), parameters: .floor)
-        var config = VaultConfig(format: 1, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+        var config = VaultConfig(format: VaultConfig.currentFormat, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
                                  blockSize: 4096,
                                  kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
                                             salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),

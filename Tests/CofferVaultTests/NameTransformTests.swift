@@ -108,13 +108,21 @@ final class MetadataCodecTests: XCTestCase {
     func testSymlinkTargets() throws {
         let codec = SymlinkCodec(box: box)
         let target = Array("../some/where/else".utf8)
-        let stored = try codec.encrypt(target)
+        guard case .inline(let stored) = try codec.encrypt(target) else { return XCTFail("a short target is inline") }
         XCTAssertFalse(stored.contains("/"))
         XCTAssertEqual(try codec.decrypt(stored), target)
         XCTAssertEqual(SymlinkCodec.plainLength(storedLength: stored.utf8.count), target.count)
-        let longest = [UInt8](repeating: 0x61, count: SymlinkCodec.maxTargetLength)
-        XCTAssertLessThanOrEqual(try codec.encrypt(longest).utf8.count, 4095)
+        let longest = [UInt8](repeating: 0x61, count: SymlinkCodec.maxInlineTargetLength)
+        XCTAssertLessThanOrEqual(try codec.encrypt(longest).linkTarget.utf8.count, 4095)
         XCTAssertThrowsError(try codec.encrypt(longest + [0x61]))
+        // Format 2: longer targets go into a sidecar that the link names.
+        let format2 = SymlinkCodec(box: box, longTargets: true)
+        guard case .sidecar(let reference, let content) = try format2.encrypt(longest + [0x61]) else { return XCTFail("sidecar") }
+        XCTAssertEqual(reference.utf8.count, SymlinkCodec.referenceLength)
+        XCTAssertEqual(try format2.decrypt(content), longest + [0x61])
+        XCTAssertEqual(format2.sidecar(of: reference), reference)
+        XCTAssertNil(codec.sidecar(of: reference), "format 1 never reads a sidecar")
+        XCTAssertThrowsError(try format2.encrypt([UInt8](repeating: 0x61, count: 4096)))
         var chars = Array(stored)
         chars[30] = chars[30] == "A" ? "B" : "A"
         XCTAssertThrowsError(try codec.decrypt(String(chars))) {

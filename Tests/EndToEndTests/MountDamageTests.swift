@@ -73,4 +73,79 @@ final class MountDamageTests: EndToEndCase {
         XCTAssertEqual(vault.sh("head -c 4096 data | wc -c").stdout, "4096\n", "whole blocks before the cut still read")
         assertOK(vault.sh(": > data && echo fresh > data && cat data"), "a damaged file can be emptied and rewritten")
     }
+
+    /// The backing path of the entry with inode number `inode` (inode numbers are the
+    /// backing file system's).
+    func backingPath(_ vault: MountedVault, inode: String) -> String {
+        Harness.sh("find \(vault.cipherdir) -inum \(inode.trimmingCharacters(in: .whitespacesAndNewlines))").stdout
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Every name operation that meets a damaged directory IV answers EIO and logs a
+    /// line naming the directory (FORMAT.md §9), not only a listing.
+    func testDirectoryIVDamageIsLoggedForEveryNameOperation() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d && echo x > d/f && mkdir d/e"), "write")
+        let inode = vault.sh("stat -c %i d").stdout
+        vault.unmount()
+        assertOK(Harness.sh("f='\(backingPath(vault, inode: inode))/coffer.diriv' && chmod 600 \"$f\" && truncate -s 5 \"$f\""), "cut d's IV")
+        vault.mount()
+        for step in ["cat d/f", "touch d/new", "mkdir d/new", "ln -s x d/new", "rm d/f", "rmdir d/e", "mv d/f d/g", "mv d/f g"] {
+            let before = vault.log.components(separatedBy: "damage: /d (").count
+            let r = vault.sh(step)
+            XCTAssertNotEqual(r.status, 0, step)
+            XCTAssertTrue(r.stderr.contains("Input/output error"), "\(step): \(r.stderr)")
+            XCTAssertGreaterThan(vault.log.components(separatedBy: "damage: /d (").count, before, "\(step) left no log line:\n\(vault.log)")
+        }
+        XCTAssertTrue(vault.log.contains("directory IV damaged"), vault.log)
+    }
+
+    /// A backing file whose length cannot be (a last block cut inside its overhead,
+    /// bytes appended after whole blocks, a header cut short) is EIO with a log line,
+    /// never served as the whole blocks before the cut.
+    func testImpossibleBackingLengthsAreEIOAndLogged() {
+        let vault = mountedVault()
+        assertOK(vault.sh("head -c 10000 /dev/urandom > cut && head -c 8192 /dev/urandom > appended && echo tiny > header"), "write")
+        let inodes = vault.sh("stat -c %i cut appended header").stdout.split(separator: "\n").map(String.init)
+        vault.unmount()
+        let (cut, appended, header) = (backingPath(vault, inode: inodes[0]), backingPath(vault, inode: inodes[1]), backingPath(vault, inode: inodes[2]))
+        assertOK(Harness.sh("""
+            truncate -s $((18 + 2 * 4136 + 20)) '\(cut)'
+            head -c 30 /dev/urandom >> '\(appended)'
+            truncate -s 10 '\(header)'
+            """), "damage the lengths")
+        vault.mount()
+        for name in ["cut", "appended", "header"] {
+            let r = vault.sh("cat \(name) > /dev/null")
+            XCTAssertNotEqual(r.status, 0, "\(name) was served")
+            XCTAssertTrue(r.stderr.contains("Input/output error"), "\(name): \(r.stderr)")
+            XCTAssertTrue(vault.log.contains("damage: /\(name) ("), "\(name) not logged:\n\(vault.log)")
+        }
+        XCTAssertTrue(vault.log.contains("file truncated"), vault.log)
+        assertOK(vault.sh(": > cut && echo fresh > cut && test \"$(cat cut)\" = fresh"), "a damaged file can be emptied and rewritten")
+    }
+
+    /// A long symlink target's sidecar that was altered is EIO in the mount (logged) and
+    /// damage for fsck; one that no symlink names is reported as a harmless leftover.
+    func testDamagedAndOrphanSymlinkTargetSidecars() {
+        let vault = mountedVault()
+        assertOK(vault.sh("ln -s \"$(head -c 4000 /dev/zero | tr '\\0' a)\" a && ln -s \"$(head -c 3500 /dev/zero | tr '\\0' b)\" b"), "long links")
+        let inodes = vault.sh("stat -c %i a b").stdout.split(separator: "\n").map(String.init)
+        vault.unmount()
+        let (a, b) = (backingPath(vault, inode: inodes[0]), backingPath(vault, inode: inodes[1]))
+        assertOK(Harness.sh("""
+            s="\(vault.cipherdir)/$(readlink '\(a)')" && chmod 600 "$s" && printf '!' | dd of="$s" bs=1 seek=100 conv=notrunc status=none
+            rm '\(b)'
+            """), "alter a's sidecar, remove b's link")
+        let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", vault.passfile, vault.cipherdir])
+        XCTAssertNotEqual(fsck.status, 0)
+        let report = fsck.stdout + fsck.stderr
+        XCTAssertTrue(report.contains("/a: symlink-target sidecar coffer.target."), report)
+        XCTAssertTrue(report.contains("leftover: /<coffer.target.") && report.contains("orphan symlink-target sidecar (harmless)"), report)
+        vault.mount()
+        let r = vault.sh("readlink -v a")
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+        XCTAssertTrue(vault.log.contains("damage: /a ("), vault.log)
+    }
 }

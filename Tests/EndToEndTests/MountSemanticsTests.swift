@@ -290,4 +290,60 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertLessThan(descriptors(), 200, "nodes were not released after the kernel forgot them")
         XCTAssertEqual(vault.sh("ls many | wc -l").stdout, "3000\n")
     }
+
+    /// Symlink targets up to PATH_MAX − 1 bytes, as on ext4: a target too long for the
+    /// backing symlink lives in a sidecar that follows the link through hard links,
+    /// renames and removal, and survives a remount; fsck checks it.
+    func testSymlinkTargetsUpToPathMax() {
+        let vault = mountedVault()
+        let script = """
+            t() { head -c "$1" /dev/zero | tr '\\0' t; }
+            for n in 3031 3032 4000 4095; do
+              ln -s "$(t $n)" link$n && test "$(readlink link$n)" = "$(t $n)" && test "$(stat -c %s link$n)" = $n
+            done
+            ! ln -s "$(t 4096)" link4096 2>/dev/null
+            mkdir d && mv link4000 d/moved && test "$(readlink d/moved)" = "$(t 4000)"
+            python3 -c "import os; os.link('link4095', 'hard4095', follow_symlinks=False)"
+            rm link4095 && test "$(readlink hard4095)" = "$(t 4095)"
+            ln -s short replacement && mv -T replacement link3032 && test "$(readlink link3032)" = short
+            """
+        assertOK(vault.sh(script), "long targets")
+        let sidecars = { Harness.sh("ls \(self.scratch.path)/vault.cipher | grep -c '^coffer.target.'; true").stdout }
+        XCTAssertEqual(sidecars(), "2\n", "one sidecar each for d/moved and hard4095, none left by rm and mv")
+        vault.unmount()
+        vault.mount()
+        assertOK(vault.sh("""
+            t() { head -c "$1" /dev/zero | tr '\\0' t; }
+            test "$(readlink d/moved)" = "$(t 4000)" && test "$(readlink hard4095)" = "$(t 4095)" && test "$(readlink link3031)" = "$(t 3031)"
+            ls -l d/moved | grep -q ' -> ttt'
+            """), "after a remount")
+        vault.unmount()
+        let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", vault.passfile, vault.cipherdir])
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        vault.mount()
+        assertOK(vault.sh("rm d/moved hard4095"), "remove the last links")
+        XCTAssertEqual(sidecars(), "0\n")
+    }
+
+    /// A format-1 vault keeps format 1's limit, so that an older coffer never meets a
+    /// symlink it cannot read; a new vault is format 2.
+    func testAFormat1VaultKeepsItsSymlinkLimit() {
+        let (dir, made) = initVault("old")
+        XCTAssertEqual(made.status, 0, made.stderr)
+        XCTAssertTrue(Harness.sh("grep -q '\"format\" : 2' \(dir)/coffer.conf").status == 0, "new vaults are format 2")
+        let cipherdir = scratch.mkdir("v1.cipher"), mountpoint = scratch.mkdir("v1.plain")
+        let passfile = scratch.file("v1.pass", "pass\n")
+        assertOK(Harness.run([Harness.coffer, "init", "--format", "1", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, cipherdir]), "init --format 1")
+        XCTAssertTrue(Harness.run([Harness.coffer, "info", cipherdir]).stdout.contains("Format version: 1"))
+        assertOK(Harness.run([Harness.coffer, "mount", "--passfile", passfile, cipherdir, mountpoint]), "mount")
+        let r = Harness.sh("""
+            cd \(mountpoint)
+            ln -s "$(head -c 3031 /dev/zero | tr '\\0' t)" fits
+            ln -s "$(head -c 3032 /dev/zero | tr '\\0' t)" toolong 2>&1 || true
+            """)
+        Harness.run([Harness.coffer, "unmount", mountpoint])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stdout.contains("File name too long"), r.stdout)
+        XCTAssertEqual(Harness.sh("ls \(cipherdir) | grep -c '^coffer.target.'; true").stdout, "0\n")
+    }
 }

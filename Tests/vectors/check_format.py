@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent implementation of the coffer on-disk format, version 1.
+"""Independent implementation of the coffer on-disk format, version 2.
 
 This script is a cross-check of docs/FORMAT.md: it was written from the text of
 that document alone (not from the Swift sources), re-implements every
@@ -315,6 +315,33 @@ def backing_name(k_mac: bytes, k_stream: bytes, iv: bytes, plain: bytes):
 
 
 # ---------------------------------------------------------------------------
+# §7 Symlinks
+# ---------------------------------------------------------------------------
+
+SYMLINK_AD = b"coffer.symlink"
+SYMLINK_INLINE_MAX = 3031
+TARGET_PREFIX = "coffer.target."
+
+
+def symlink_stored(k_metadata: bytes, nonce: bytes, target: bytes) -> str:
+    """§7 stored = base64url(nonce ‖ AEAD_seal(K_metadata, nonce, target, AD = "coffer.symlink"))."""
+    return b64url(nonce + aead_seal(k_metadata, nonce, target, SYMLINK_AD))
+
+
+def symlink_backing(k_metadata: bytes, nonce: bytes, target: bytes):
+    """§7: (backing symlink target, sidecar content or None)."""
+    stored = symlink_stored(k_metadata, nonce, target)
+    if len(target) <= SYMLINK_INLINE_MAX:
+        return stored, None
+    return TARGET_PREFIX + b64url(blake2b(32, stored.encode("ascii"))), stored
+
+
+def symlink_open(k_metadata: bytes, stored: str):
+    raw = b64url_decode(stored)
+    return aead_open(k_metadata, raw[:AEAD_NONCE_BYTES], raw[AEAD_NONCE_BYTES:], SYMLINK_AD)
+
+
+# ---------------------------------------------------------------------------
 # §10 Test vectors
 # ---------------------------------------------------------------------------
 
@@ -337,9 +364,10 @@ MEM_LIMIT = 67108864
 PASS_SLOT_NONCE = seq(0x60, 0x77)
 RECOVERY_KEY = seq(0x80, 0x9F)
 RECOVERY_SLOT_NONCE = seq(0x90, 0xA7)
+SYMLINK_NONCE = seq(0xC0, 0xD7)
 
-# Fixed values of format 1 (§3).
-FORMAT = 1
+# Fixed values of format 2 (§3); the config vector is a format-2 config.
+FORMAT = 2
 CONTENT_CIPHER = "xchacha20-poly1305"
 KDF_ALGORITHM = "argon2id13"
 
@@ -438,7 +466,21 @@ def main() -> int:
     check("roundtrip:sidecar_hash_matches_entry", long_name(sidecar_doc),
           vectors["name_long_backing"])
 
+    # §7 symlinks: one target in the link, one in a sidecar
+    k_meta = keys[SUBKEY_METADATA]
+    short_target = vectors["symlink_short_plain"].encode("utf-8")
+    link, sidecar = symlink_backing(k_meta, SYMLINK_NONCE, short_target)
+    check("symlink_short_backing", link)
+    check("symlink_short_plain", repr(symlink_open(k_meta, vectors["symlink_short_backing"])), repr(short_target))
+    check("roundtrip:symlink_short_is_inline", repr(sidecar), repr(None))
+    long_target = parse_repeat(vectors["symlink_long_plain"])
+    link, sidecar = symlink_backing(k_meta, SYMLINK_NONCE, long_target)
+    check("symlink_long_backing", link)
+    check("symlink_long_plain", repr(symlink_open(k_meta, sidecar) == long_target), repr(True))
+    check("roundtrip:symlink_reference_length_57", str(len(vectors["symlink_long_backing"])), "57")
+
     # §3 config
+    check("config_format", str(FORMAT))
     canonical = canonical_parameters(FORMAT, CREATED, CONTENT_CIPHER, BLOCK_SIZE,
                                      KDF_ALGORITHM, OPS_LIMIT, MEM_LIMIT, SALT)
     check("config_canonical_parameters", canonical.hex())
