@@ -15,7 +15,7 @@ public struct VaultProblem: CustomStringConvertible {
     public let isLeftover: Bool
 
     public var description: String {
-        backingName.map { "\(path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
+        backingName.map { "\(path == "/" ? "" : path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
     }
 }
 
