@@ -43,10 +43,16 @@ struct DaemonLauncher {
         }
     }
 
-    /// posix_spawn of this very binary with `arguments`. In the child, each key of
-    /// `descriptors` is a copy of its value, the other standard descriptors are /dev/null,
-    /// and nothing else of ours is inherited. `newSession` detaches it (setsid).
+    /// posix_spawn of this very binary with `arguments`; see `spawn`.
     static func spawnSelf(_ arguments: [String], descriptors: [Int32: Int32], newSession: Bool) throws -> pid_t {
+        try spawn("/proc/self/exe", arguments, descriptors: descriptors, newSession: newSession)
+    }
+
+    /// posix_spawn of `program` (looked up in PATH when it has no slash) with `arguments`.
+    /// In the child, each key of `descriptors` is a copy of its value, the other standard
+    /// descriptors are /dev/null, and nothing else of ours is inherited. `newSession`
+    /// detaches it (setsid).
+    static func spawn(_ program: String, _ arguments: [String], descriptors: [Int32: Int32], newSession: Bool) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -75,7 +81,8 @@ struct DaemonLauncher {
         var argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, &argv, environ)
+        let rc = program.contains("/") ? posix_spawn(&pid, program, &actions, &attributes, &argv, environ)
+            : posix_spawnp(&pid, program, &actions, &attributes, &argv, environ)
         guard rc == 0 else { throw Errno(rc, "posix_spawn") }
         return pid
     }

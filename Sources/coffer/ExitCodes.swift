@@ -66,6 +66,8 @@ public enum ExitStatus: Int32, CaseIterable {
     case notConfirmed = 41
     /// --log-file is a symlink, not a regular file, or in a directory others can write.
     case logFileRefused = 42
+    /// The --extpass command could not be started, failed, or was killed.
+    case extpassFailed = 43
 
     /// One line for the README table.
     var meaning: String {
@@ -102,6 +104,7 @@ public enum ExitStatus: Int32, CaseIterable {
         case .damageFound: return "fsck: damage found (each problem is listed)"
         case .notConfirmed: return "wipe: not confirmed"
         case .logFileRefused: return "mount: the log file is a symlink, not a regular file, or in a directory others can write"
+        case .extpassFailed: return "the --extpass command could not be started, failed, or was killed"
         }
     }
 }

@@ -66,13 +66,13 @@ struct UnlockCommand: ParsableCommand {
         commandName: "unlock",
         abstract: "Unlock a mounted vault with its passphrase or recovery key.",
         discussion: """
-            The passphrase is asked without echo on a terminal, or read from --passfile or \\
-            standard input. Wrong secrets are answered with a growing delay before the next \\
-            attempt is accepted.
+            The passphrase is read from --passfile or --extpass, or from the systemd \
+            credential coffer.passphrase when a unit gives one; otherwise it is asked \
+            without echo on a terminal, or read from standard input. Wrong secrets are \
+            answered with a growing delay before the next attempt is accepted.
             """)
 
-    @Option(name: .long, help: "Read the passphrase from the first line of this file.")
-    var passfile: String?
+    @OptionGroup var source: PassphraseSource
 
     @Option(name: .long, help: "Unlock with the recovery key in this file instead of the passphrase.")
     var recoveryKeyFile: String?
@@ -80,9 +80,7 @@ struct UnlockCommand: ParsableCommand {
     @OptionGroup var target: MountTarget
 
     func validate() throws {
-        if passfile != nil && recoveryKeyFile != nil {
-            throw ValidationError("give --passfile or --recovery-key-file, not both")
-        }
+        try source.validate(recoveryKeyFile: recoveryKeyFile)
     }
 
     func run() throws {
@@ -90,7 +88,8 @@ struct UnlockCommand: ParsableCommand {
             _ = try target.socketPath()
             let kind: ControlRequest.SecretKind = recoveryKeyFile == nil ? .passphrase : .recoveryKey
             let secret = try recoveryKeyFile.map { try PassphraseReader.fromFile($0, what: "recovery key") }
-                ?? passfile.map { try PassphraseReader.fromFile($0) }
+                ?? source.read()
+                ?? SystemdCredential.passphrase()
                 ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
             defer { secret.wipe() }
             let response = try target.send(ControlRequest(op: .unlock, secret: kind, secretLength: secret.count), secret: secret)

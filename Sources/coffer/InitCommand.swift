@@ -1,4 +1,4 @@
-// InitCommand creates a new vault: `coffer init [--passfile F] [--recovery-key-out F] CIPHERDIR`.
+// InitCommand creates a new vault: `coffer init [--passfile F | --extpass CMD] [--recovery-key-out F] CIPHERDIR`.
 import ArgumentParser
 import CofferCrypto
 import CofferVault
@@ -10,12 +10,11 @@ struct InitCommand: ParsableCommand {
         abstract: "Create a new vault in an empty directory.",
         discussion: """
             Asks for a passphrase twice (without echo) on a terminal; otherwise reads the first \
-            line of --passfile or of standard input. Prints a recovery key once: it opens the \
-            vault if the passphrase is lost. Keep it somewhere safe, away from the vault.
+            line of --passfile, of --extpass's output, or of standard input. Prints a \
+            recovery key once: it opens the vault if the passphrase is lost. Keep it somewhere safe, away from the vault.
             """)
 
-    @Option(name: .long, help: "Read the passphrase from the first line of this file.")
-    var passfile: String?
+    @OptionGroup var source: PassphraseSource
 
     @Option(name: .long, help: "Write the recovery key to this new file (mode 0600) instead of printing it.")
     var recoveryKeyOut: String?
@@ -63,7 +62,7 @@ struct InitCommand: ParsableCommand {
                     if !created, let out = recoveryKeyOut { unlink(out) }
                 }
             }
-            let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
+            let passphrase = try source.read()
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             let (_, recoveryKey) = try Vault.create(
                 at: cipherdir, passphrase: passphrase,

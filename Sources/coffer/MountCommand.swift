@@ -16,15 +16,16 @@ struct MountCommand: ParsableCommand {
         discussion: """
             The mount comes up locked: only the root can be stat'ed until `coffer unlock \
             MOUNTPOINT` gives the passphrase over the mount's control socket. With \
-            --passfile, or with the passphrase on standard input (a pipe or a file, not a \
-            terminal; an empty input means none), it is unlocked at once through the same gate. The command returns \
+            --passfile or --extpass, with the systemd credential coffer.passphrase (a unit's \
+            LoadCredentialEncrypted=), or with the passphrase on standard input (a pipe or a \
+            file, not a terminal; an empty input means none), it is unlocked at once through \
+            the same gate. The command returns \
             once the mount is live; the daemon serves until `coffer unmount MOUNTPOINT`, \
             `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT, and wipes its keys on the way \
             out. Logs go to syslog (stderr with --foreground).
             """)
 
-    @Option(name: .long, help: "Read the passphrase from the first line of this file.")
-    var passfile: String?
+    @OptionGroup var source: PassphraseSource
 
     @Flag(name: .long, help: "Let other users use the mount; the kernel then enforces file modes (default_permissions).")
     var allowOther = false
@@ -80,6 +81,13 @@ struct MountCommand: ParsableCommand {
         return st.st_mode & S_IFMT == S_IFIFO || st.st_mode & S_IFMT == S_IFREG
     }
 
+    /// The passphrase given with the mount, in this order: --passfile or --extpass, the
+    /// systemd credential, standard input when it is a pipe or a file; nil for none.
+    private func givenPassphrase() throws -> SecureBytes? {
+        try source.read() ?? SystemdCredential.passphrase()
+            ?? (Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
+    }
+
     func run() throws {
         signal(SIGPIPE, SIG_IGN)
         if foreground {
@@ -108,8 +116,7 @@ struct MountCommand: ParsableCommand {
         let vaultPath = MountPoint.canonical(cipherdir) ?? cipherdir
         _ = try Vault.open(at: vaultPath)
         let target = try MountPoint.checkUsable(mountpoint)
-        let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
-            ?? (Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
+        let passphrase = try givenPassphrase()
         defer { passphrase?.wipe() }
 
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
@@ -160,8 +167,7 @@ struct MountCommand: ParsableCommand {
         let passphrase = try passphraseFD.map { fd in
             defer { close(fd) }
             return try PassphraseReader.readLine(fd, what: "passphrase")
-        } ?? passfile.map { try PassphraseReader.fromFile($0) }
-            ?? (!status.isPipe && Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
+        } ?? (status.isPipe ? nil : givenPassphrase())
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
 

@@ -8,20 +8,23 @@ import Glibc
 
 /// How an offline command (passwd, fsck) proves it may open the vault.
 struct OfflineUnlock: ParsableArguments {
-    @Option(name: .long, help: "Read the (current) passphrase from the first line of this file.")
-    var passfile: String?
+    @OptionGroup var source: PassphraseSource
 
     @Option(name: .long, help: "Use the recovery key in this file instead of the passphrase (forgotten passphrase).")
     var recoveryKeyFile: String?
 
-    /// Unwraps the master key with the recovery key (if given), the passfile, or a prompt.
+    func validate() throws {
+        try source.validate(recoveryKeyFile: recoveryKeyFile)
+    }
+
+    /// Unwraps the master key with the recovery key (if given), --passfile or --extpass, or a prompt.
     func masterKey(of vault: Vault, prompt: String) throws -> MasterKey {
         if let recoveryKeyFile {
             let text = try PassphraseReader.fromFile(recoveryKeyFile, what: "recovery key")
             defer { text.wipe() }
             return try vault.unlock(recoveryKey: try RecoveryKey.parse(text))
         }
-        let passphrase = try passfile.map { try PassphraseReader.fromFile($0) }
+        let passphrase = try source.read()
             ?? PassphraseReader.interactive(prompt: prompt, confirm: false)
         defer { passphrase.wipe() }
         return try vault.unlock(passphrase: passphrase)
@@ -33,16 +36,26 @@ struct PasswdCommand: ParsableCommand {
         commandName: "passwd",
         abstract: "Change a vault's passphrase (no re-encryption; the recovery key keeps working).",
         discussion: """
-            Only the passphrase key slot is rewritten, atomically (new file, fsync, rename, \\
-            fsync of the directory); no copy of the old slot is kept. Without --passfile and \\
-            --new-passfile, both are asked on the terminal, or read as the first and second \\
-            lines of standard input.
+            Only the passphrase key slot is rewritten, atomically (new file, fsync, rename, \
+            fsync of the directory); no copy of the old slot is kept. The current passphrase \
+            comes from --passfile or --extpass, the new one from --new-passfile or \
+            --new-extpass; without them, both are asked on the terminal, or read as the \
+            first and second lines of standard input.
             """)
 
     @OptionGroup var secret: OfflineUnlock
 
     @Option(name: .long, help: "Read the new passphrase from this file.")
     var newPassfile: String?
+
+    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp("Run this command (as --extpass) and read the new passphrase from its output.", valueName: "command"))
+    var newExtpass: [String] = []
+
+    func validate() throws {
+        if newPassfile != nil && !newExtpass.isEmpty {
+            throw ValidationError("give --new-passfile or --new-extpass, not both")
+        }
+    }
 
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
@@ -53,6 +66,7 @@ struct PasswdCommand: ParsableCommand {
             let master = try secret.masterKey(of: vault, prompt: "Current passphrase: ")
             defer { master.wipe() }
             let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
+                ?? (newExtpass.isEmpty ? nil : ExternalPassphrase.read(newExtpass))
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             defer { new.wipe() }
             try vault.changePassphrase(master: master, newPassphrase: new)
