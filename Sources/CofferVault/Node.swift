@@ -83,9 +83,6 @@ public final class Node: @unchecked Sendable {
         }
     }
 
-    /// The last known parent.
-    var knownParent: Node? { stateLock.withLock { parent } }
-
     /// The last known (parent, name), if any.
     var entry: (parent: Node, name: [UInt8])? {
         stateLock.withLock { parent.map { ($0, name) } }

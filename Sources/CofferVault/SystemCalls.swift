@@ -145,8 +145,9 @@ public enum Sys {
     /// follows a symlink and never blocks (O_NONBLOCK: a FIFO would wait for a writer),
     /// and anything but a regular file is refused with EINVAL. O_NONBLOCK is cleared
     /// again before the descriptor is returned.
-    public static func openRegular(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32 = O_RDONLY) throws -> Int32 {
-        let fd = try open(name, in: dir, flags: flags | O_NONBLOCK | O_NOFOLLOW)
+    public static func openRegular(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32 = O_RDONLY,
+                                   mode: mode_t = 0) throws -> Int32 {
+        let fd = try open(name, in: dir, flags: flags | O_NONBLOCK | O_NOFOLLOW, mode: mode)
         do {
             guard try stat(fd).st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL, "\(name) is not a regular file") }
             let status = try retryOnInterrupt("fcntl") { fcntl(fd, F_GETFL) }

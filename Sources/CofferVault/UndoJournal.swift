@@ -121,20 +121,15 @@ public final class UndoJournal: @unchecked Sendable {
     deinit { Sys.close(fd) }
 
     private static func openFile(in directory: Int32, readOnly: Bool) throws -> Int32 {
-        let flags = (readOnly ? O_RDONLY : O_RDWR | O_CREAT) | O_NOFOLLOW | O_NONBLOCK
-        let fd = try Sys.open(fileName, in: directory, flags: flags, mode: 0o600)
-        guard let st = try? Sys.stat(fd), st.st_mode & S_IFMT == S_IFREG else {
-            Sys.close(fd)
+        do {
+            return try Sys.openRegular(fileName, in: directory, flags: readOnly ? O_RDONLY : O_RDWR | O_CREAT, mode: 0o600)
+        } catch let error as Errno where error.code == EINVAL {
             throw VaultError.journalDamaged(reason: "\(fileName) is not a regular file")
         }
-        return fd
     }
 
     /// True while records of an earlier daemon wait for their files to be checked.
     public var hasPending: Bool { lock.withLock { !pending.isEmpty } }
-
-    /// Files with records of an earlier daemon.
-    public var pendingFiles: Int { lock.withLock { pending.count } }
 
     /// The records of an earlier daemon for `fileID`, newest per block.
     public func pendingRecords(_ fileID: FileID) -> [Int64: Record] { lock.withLock { pending[fileID] ?? [:] } }

@@ -212,9 +212,9 @@ struct MountCommand: ParsableCommand {
         log.write("control socket \(socketPath) closed")
         gate.detach()
         gate.shutDown()
+        log.write("unmounted \(target); keys wiped")
         // A clean exit: everything written is made durable and the undo records go.
         do { try fs.finish() } catch { log.write("undo journal kept: \(error)") }
-        log.write("unmounted \(target); keys wiped")
     }
 }
 
