@@ -84,17 +84,24 @@ public final class FuseSession {
     }
 
     /// Serves requests on up to `threads` threads until the mount goes away or a
-    /// signal arrives; then unmounts. Returns libfuse's status (0: clean exit).
+    /// signal arrives. The mount stays until `unmount()` (or deinit), so that the
+    /// caller can wipe its keys while a signalled mount is still there: whoever sees
+    /// the mount gone also sees the keys gone. Returns libfuse's status (0: clean exit).
     @discardableResult
     public func run(threads: Int = 8) -> Int32 {
         var config = fuse_loop_config(clone_fd: 1, max_idle_threads: UInt32(threads))
         let status = fuse_session_loop_mt_32(session, &config)
         fuse_remove_signal_handlers(session)
+        return status
+    }
+
+    /// Detaches the mount if it is still there (after a signal; after `fusermount3 -u`
+    /// the kernel has already detached it).
+    public func unmount() {
         if mounted {
             fuse_session_unmount(session)
             mounted = false
         }
-        return status
     }
 
     /// Tells the kernel to drop its cached attributes of `node`, keeping its pages. Safe

@@ -212,6 +212,7 @@ struct MountCommand: ParsableCommand {
         log.write("control socket \(socketPath) closed")
         gate.detach()
         gate.shutDown()
+        session.unmount()
         log.write("unmounted \(target); keys wiped")
         // A clean exit: everything written is made durable and the undo records go.
         do { try fs.finish() } catch { log.write("undo journal kept: \(error)") }
