@@ -4,7 +4,7 @@ import CSodium
 /// What a subkey is for. The raw value is the crypto_kdf subkey id; changing one
 /// changes the on-disk format (docs/FORMAT.md, "Key hierarchy").
 public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
-    /// XChaCha20-Poly1305 key for file content blocks.
+    /// Key for file content blocks (XChaCha20-Poly1305, or the root of AES-256-GCM's per-file keys).
     case content = 1
     /// BLAKE2b key computing the synthetic IV of file names.
     case nameMAC = 2
@@ -60,8 +60,8 @@ public final class KeySet: @unchecked Sendable {
     public let xattrNames: NameCipher
     public let metadata: SealedBox
 
-    public init(master: MasterKey) {
-        content = ContentCipher(key: master.subkey(.content))
+    public init(master: MasterKey, content algorithm: ContentAlgorithm) {
+        content = ContentCipher(key: master.subkey(.content), algorithm: algorithm)
         names = NameCipher(macKey: master.subkey(.nameMAC), streamKey: master.subkey(.nameStream))
         xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
                                 streamKey: master.subkey(.xattrNameStream))

@@ -106,7 +106,7 @@ public final class PlainFileSystem: @unchecked Sendable {
 
     /// Derives the subkeys from `master` and opens the view. The master key is wiped.
     public func unlock(_ master: MasterKey) {
-        let set = KeySet(master: master)
+        let set = vault.keys(from: master)
         master.wipe()
         let replaced: Keys? = gate.withLock {
             defer { keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets) }

@@ -48,8 +48,13 @@ public final class Vault {
     /// Creates a vault in the empty directory `path`: a new master key wrapped under
     /// `passphrase` (Argon2id with `kdf`) and under a new recovery key, which is returned
     /// and must be shown to the user once.
+    /// `cipher` defaults to the fastest this CPU runs; `format` to the oldest that has it.
     public static func create(at path: String, passphrase: SecureBytes, kdf: KDFParameters = .standard,
-                              format: Int = VaultConfig.currentFormat) throws -> (vault: Vault, recoveryKey: SecureBytes) {
+                              cipher: ContentAlgorithm = .preferred,
+                              format: Int? = nil) throws -> (vault: Vault, recoveryKey: SecureBytes) {
+        let format = format ?? VaultConfig.defaultFormat(for: cipher)
+        precondition(format >= VaultConfig.minimumFormat(for: cipher), "format \(format) has no \(cipher.rawValue)")
+        guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
         let fd = try openDirectory(path)
         var handedOver = false
         defer { if !handedOver { Sys.close(fd) } }
@@ -62,7 +67,7 @@ public final class Vault {
         formatter.timeZone = TimeZone(identifier: "UTC")
         var config = VaultConfig(
             format: format, created: formatter.string(from: Date()),
-            contentCipher: VaultConfig.cipherName, blockSize: ContentCipher.blockSize,
+            contentCipher: cipher.rawValue, blockSize: ContentCipher.blockSize,
             kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: kdf.opsLimit,
                        memLimit: kdf.memLimit, salt: Base64URL.encode(salt)),
             slots: [], checksum: "")
@@ -107,6 +112,15 @@ public final class Vault {
     }
 
     /// How a passphrase becomes a key-wrapping key: Argon2id, in this process or elsewhere.
+    /// Throws unless this CPU runs the vault's content cipher: mount and fsck call it
+    /// before they ask for a passphrase.
+    public func checkCipherAvailable() throws {
+        guard config.contentAlgorithm.isAvailable else { throw VaultError.cipherUnavailable(config.contentCipher) }
+    }
+
+    /// The run-time keys of this vault (`checkCipherAvailable` first).
+    public func keys(from master: MasterKey) -> KeySet { KeySet(master: master, content: config.contentAlgorithm) }
+
     public typealias KeyDerivation = (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
 
     /// Argon2id in this process.

@@ -48,7 +48,7 @@ public final class VaultChecker {
         root = vault.rootFD
         self.journal = journal
         self.repair = repair
-        keys = KeySet(master: master)
+        keys = vault.keys(from: master)
         names = NameTransform(cipher: keys.names)
         symlinks = SymlinkCodec(box: keys.metadata, longTargets: vault.config.storesLongSymlinkTargets)
         xattrs = XattrCodec(names: keys.xattrNames, box: keys.metadata)

@@ -7,12 +7,24 @@ import Foundation
 public struct VaultConfig: Codable, Equatable {
     /// Name of the config file at the root of the backing directory.
     public static let fileName = "coffer.conf"
-    /// Format version written by this build (docs/FORMAT.md).
-    public static let currentFormat = 2
-    /// Format versions this build reads: 1 differs only in refusing long symlink targets.
-    public static let supportedFormats = 1...2
-    /// The only content cipher of formats 1 and 2.
-    public static let cipherName = "xchacha20-poly1305"
+    /// The newest format version this build writes (docs/FORMAT.md).
+    public static let currentFormat = 3
+    /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
+    /// targets, 2 from 3 only in having no AES-256-GCM.
+    public static let supportedFormats = 1...3
+
+    /// The oldest format that has `cipher`.
+    public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {
+        switch cipher {
+        case .xchacha20poly1305: return 1
+        case .aes256gcm: return 3
+        }
+    }
+
+    /// The format a new vault with `cipher` is written in: the oldest that has the
+    /// cipher and long symlink targets, so that no older coffer that could read the
+    /// vault is made to refuse it.
+    public static func defaultFormat(for cipher: ContentAlgorithm) -> Int { max(2, minimumFormat(for: cipher)) }
 
     public struct KDF: Codable, Equatable {
         public var algorithm: String
@@ -40,6 +52,8 @@ public struct VaultConfig: Codable, Equatable {
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String
+    /// The content cipher (checked by `parse`).
+    public var contentAlgorithm: ContentAlgorithm { ContentAlgorithm(rawValue: contentCipher) ?? .xchacha20poly1305 }
     public var blockSize: Int
     public var kdf: KDF
     public var slots: [KeySlot]
@@ -93,7 +107,9 @@ public struct VaultConfig: Codable, Equatable {
             throw VaultError.configMalformed(reason: "missing or mistyped field")
         }
         guard config.checksum == config.computedChecksum() else { throw VaultError.configDamaged }
-        guard config.contentCipher == cipherName else { throw VaultError.unsupportedParameter("cipher \(config.contentCipher)") }
+        guard let cipher = ContentAlgorithm(rawValue: config.contentCipher), config.format >= minimumFormat(for: cipher) else {
+            throw VaultError.unsupportedParameter("cipher \(config.contentCipher) in format \(config.format)")
+        }
         guard config.blockSize == ContentCipher.blockSize else { throw VaultError.unsupportedParameter("block size \(config.blockSize)") }
         guard config.kdf.algorithm == PassphraseKDF.algorithmName else {
             throw VaultError.unsupportedParameter("key derivation \(config.kdf.algorithm)")

@@ -19,6 +19,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case unsupportedFormat(version: Int)
     /// coffer.conf asks for a cipher, block size or KDF this build does not offer.
     case unsupportedParameter(String)
+    /// The vault's content cipher needs CPU instructions this machine lacks.
+    case cipherUnavailable(String)
     /// coffer.conf's KDF parameters are below the floor (or absurdly above the ceiling).
     case kdfParametersRefused(opsLimit: UInt64, memLimit: UInt64)
     /// The passphrase does not open the passphrase key slot.
@@ -66,6 +68,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"
         case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows versions \(VaultConfig.supportedFormats.lowerBound) to \(VaultConfig.supportedFormats.upperBound))"
         case .unsupportedParameter(let p): return "the vault config asks for an unsupported \(p)"
+        case .cipherUnavailable(let name):
+            return "the vault's content cipher \(name) needs AES-NI and PCLMUL, which this CPU lacks; open it on a machine that has them (its data is intact)"
         case .kdfParametersRefused(let ops, let mem):
             return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
         case .wrongPassphrase: return "wrong passphrase"

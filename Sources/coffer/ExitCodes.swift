@@ -20,6 +20,8 @@ public enum ExitStatus: Int32, CaseIterable {
     case unsupported = 14
     /// coffer.conf's key-derivation parameters are outside the accepted range.
     case kdfRefused = 15
+    /// The vault's content cipher (AES-256-GCM) needs CPU instructions this machine lacks.
+    case cipherUnavailable = 16
     /// The passphrase given was empty.
     case emptyPassphrase = 20
     /// The two passphrases typed did not match.
@@ -81,6 +83,7 @@ public enum ExitStatus: Int32, CaseIterable {
         case .configDamaged: return "coffer.conf is malformed or was modified"
         case .unsupported: return "coffer.conf needs a newer coffer (format or parameter unknown)"
         case .kdfRefused: return "coffer.conf's KDF parameters are below the floor or absurdly high"
+        case .cipherUnavailable: return "the vault uses AES-256-GCM and this CPU lacks AES-NI or PCLMUL"
         case .emptyPassphrase: return "empty passphrase"
         case .passphraseMismatch: return "the two passphrases differ"
         case .wrongPassphrase: return "wrong passphrase"

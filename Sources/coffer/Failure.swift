@@ -25,6 +25,7 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         case .configMalformed, .configDamaged, .missingKeySlot: status = .configDamaged
         case .unsupportedFormat, .unsupportedParameter: status = .unsupported
         case .kdfParametersRefused: status = .kdfRefused
+        case .cipherUnavailable: status = .cipherUnavailable
         case .wrongPassphrase: status = .wrongPassphrase
         case .wrongRecoveryKey: status = .wrongRecoveryKey
         default: status = .failure

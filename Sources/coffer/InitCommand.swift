@@ -25,15 +25,20 @@ struct InitCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Argon2id memory in MiB (default \(KDFParameters.standard.memLimit >> 20), minimum \(KDFParameters.floor.memLimit >> 20)).", visibility: .hidden))
     var kdfMemory: UInt64 = KDFParameters.standard.memLimit >> 20
 
-    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default \(VaultConfig.currentFormat); 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
-    var format: Int = VaultConfig.currentFormat
+    @Option(name: .long, help: ArgumentHelp(
+        "Content cipher: aes256gcm (the default where the CPU has AES-NI, as this one \(ContentAlgorithm.aes256gcm.isAvailable ? "does" : "does not")) or xchacha20-poly1305 (everywhere).",
+        valueName: "cipher"))
+    var cipher: ContentAlgorithm = .preferred
+
+    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default: the oldest that has the cipher, 2 or 3; 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
+    var format: Int?
 
     @Argument(help: "The empty directory that will hold the encrypted files.")
     var cipherdir: String
 
     func validate() throws {
-        guard VaultConfig.supportedFormats.contains(format) else {
-            throw ValidationError("--format must be \(VaultConfig.supportedFormats.lowerBound)…\(VaultConfig.supportedFormats.upperBound)")
+        if let format, !(VaultConfig.minimumFormat(for: cipher)...VaultConfig.currentFormat).contains(format) {
+            throw ValidationError("--format must be \(VaultConfig.minimumFormat(for: cipher))…\(VaultConfig.currentFormat) with the cipher \(cipher.rawValue)")
         }
         let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
         guard kdf.isAcceptable else {
@@ -43,8 +48,9 @@ struct InitCommand: ParsableCommand {
 
     func run() throws {
         try runReportingFailures {
-            // Check the directory before asking for a passphrase.
+            // Check the directory and the cipher before asking for a passphrase.
             try Vault.checkCreatable(at: cipherdir)
+            guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
             // Create the recovery-key file before the vault: failing afterwards would
             // leave a vault whose recovery key nobody saw.
             var keyFD: Int32 = -1
@@ -66,7 +72,7 @@ struct InitCommand: ParsableCommand {
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             let (_, recoveryKey) = try Vault.create(
                 at: cipherdir, passphrase: passphrase,
-                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20), format: format)
+                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20), cipher: cipher, format: format)
             passphrase.wipe()
             let text = RecoveryKey.format(recoveryKey)
             recoveryKey.wipe()
@@ -91,4 +97,9 @@ struct InitCommand: ParsableCommand {
 func writeSecretLine(_ secret: SecureBytes, to fd: Int32) throws {
     try secret.withUnsafeBytes { try Sys.send(fd, $0) }
     try [UInt8(ascii: "\n")].withUnsafeBytes { try Sys.send(fd, $0) }
+}
+
+extension ContentAlgorithm: ExpressibleByArgument {
+    public init?(argument: String) { self.init(rawValue: argument) }
+    public static var allValueStrings: [String] { allCases.map(\.rawValue) }
 }

@@ -114,7 +114,7 @@ struct MountCommand: ParsableCommand {
     /// the passphrase on a pipe, and waits for its one-line status.
     private func startDaemon() throws {
         let vaultPath = MountPoint.canonical(cipherdir) ?? cipherdir
-        _ = try Vault.open(at: vaultPath)
+        try Vault.open(at: vaultPath).checkCipherAvailable()
         let target = try MountPoint.checkUsable(mountpoint)
         let passphrase = try givenPassphrase()
         defer { passphrase?.wipe() }
@@ -155,6 +155,7 @@ struct MountCommand: ParsableCommand {
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         let vault = try Vault.open(at: cipherdir)
+        try vault.checkCipherAvailable()
         let claim = try VaultClaim(vault)
         defer { withExtendedLifetime(claim) {} }
         let target = try MountPoint.checkUsable(mountpoint)

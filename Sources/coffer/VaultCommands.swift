@@ -99,6 +99,7 @@ struct FsckCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
+            try vault.checkCipherAvailable()
             // Repairing writes: no daemon may serve the vault meanwhile.
             let claim = repair ? try VaultClaim(vault) : nil
             defer { withExtendedLifetime(claim) {} }

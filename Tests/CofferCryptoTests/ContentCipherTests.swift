@@ -1,10 +1,19 @@
-// Tests of content-block sealing: round trips at block boundaries and every tamper case.
+// Tests of content-block sealing, for each content cipher: round trips at block
+// boundaries and every tamper case.
 import CofferCrypto
 import XCTest
 
 final class ContentCipherTests: XCTestCase {
-    let cipher = ContentCipher(key: .random(count: 32))
+    var cipher = ContentCipher(key: .random(count: 32))
     let fileID = FileID.random()
+
+    /// Runs `body` once per content cipher this CPU runs (AES-256-GCM needs AES-NI).
+    func forEachCipher(_ body: () throws -> Void) rethrows {
+        for algorithm in ContentAlgorithm.allCases where algorithm.isAvailable {
+            cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm)
+            try body()
+        }
+    }
 
     func seal(_ plain: [UInt8], first: UInt64 = 0, id: FileID? = nil) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: plain.count))
@@ -19,11 +28,20 @@ final class ContentCipherTests: XCTestCase {
     }
 
     func testRoundTripAtBlockBoundaries() throws {
-        for length in [0, 1, 4095, 4096, 4097, 8192, 3 * 4096 + 17, 32 * 4096] {
-            let plain = Sodium.randomArray(count: length)
-            let sealed = seal(plain, first: 5)
-            XCTAssertEqual(sealed.count, ContentCipher.cipherLength(plainLength: length))
-            XCTAssertEqual(try open(sealed, plainLength: length, first: 5), plain, "length \(length)")
+        try forEachCipher {
+            for length in [0, 1, 4095, 4096, 4097, 8192, 3 * 4096 + 17, 32 * 4096] {
+                let plain = Sodium.randomArray(count: length)
+                let sealed = seal(plain, first: 5)
+                XCTAssertEqual(sealed.count, ContentCipher.cipherLength(plainLength: length))
+                XCTAssertEqual(try open(sealed, plainLength: length, first: 5), plain, "length \(length)")
+                // The paths that split long runs across the cores agree with the serial ones.
+                var parallel = [UInt8](repeating: 0, count: sealed.count)
+                try plain.withUnsafeBytes { p in try parallel.withUnsafeMutableBytes { try cipher.sealInParallel(p, firstBlock: 5, fileID: fileID, into: $0) } }
+                XCTAssertEqual(try open(parallel, plainLength: length, first: 5), plain, "length \(length)")
+                var opened = [UInt8](repeating: 0, count: length)
+                try sealed.withUnsafeBytes { c in try opened.withUnsafeMutableBytes { _ = try cipher.openInParallel(c, firstBlock: 5, fileID: fileID, into: $0) } }
+                XCTAssertEqual(opened, plain, "length \(length)")
+            }
         }
     }
 
@@ -33,60 +51,84 @@ final class ContentCipherTests: XCTestCase {
     }
 
     func testSameBlockSealsDifferentlyEachTime() {
-        let plain = Sodium.randomArray(count: 4096)
-        XCTAssertNotEqual(seal(plain), seal(plain))
+        forEachCipher {
+            let plain = Sodium.randomArray(count: 4096)
+            XCTAssertNotEqual(seal(plain), seal(plain))
+        }
     }
 
     func testAllZeroBlockIsAHole() throws {
-        let zeros = [UInt8](repeating: 0, count: 2 * ContentCipher.cipherBlockSize + 100)
-        XCTAssertEqual(try open(zeros, plainLength: 2 * 4096 + 60), [UInt8](repeating: 0, count: 2 * 4096 + 60))
+        try forEachCipher {
+            let zeros = [UInt8](repeating: 0, count: 2 * ContentCipher.cipherBlockSize + 100)
+            XCTAssertEqual(try open(zeros, plainLength: 2 * 4096 + 60), [UInt8](repeating: 0, count: 2 * 4096 + 60))
+        }
     }
 
-    func testEveryRegionOfABlockIsAuthenticated() {
-        let plain = Sodium.randomArray(count: 3 * 4096)
-        let sealed = seal(plain)
-        // Nonce, body and tag of the middle block, and a bit in each byte position class.
-        let block1 = ContentCipher.cipherBlockSize
-        for offset in [0, 11, 23, 24, 100, 4119, 4120, 4135] {
-            for bit in [0, 7] {
-                var bad = sealed
-                bad[block1 + offset] ^= UInt8(1 << bit)
-                XCTAssertThrowsError(try open(bad, plainLength: plain.count)) {
-                    XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 1), "offset \(offset)")
+    func testEveryRegionOfABlockIsAuthenticated() throws {
+        try forEachCipher {
+            let plain = Sodium.randomArray(count: 3 * 4096)
+            let sealed = seal(plain)
+            // Nonce, body and tag of the middle block, and a bit in each byte position class.
+            let block1 = ContentCipher.cipherBlockSize
+            for offset in [0, 11, 23, 24, 100, 4119, 4120, 4135] {
+                for bit in [0, 7] {
+                    var bad = sealed
+                    bad[block1 + offset] ^= UInt8(1 << bit)
+                    XCTAssertThrowsError(try open(bad, plainLength: plain.count)) {
+                        XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 1), "offset \(offset)")
+                    }
                 }
             }
         }
     }
 
-    func testSwappedBlocksFail() {
-        let plain = Sodium.randomArray(count: 2 * 4096)
-        var sealed = seal(plain)
-        let n = ContentCipher.cipherBlockSize
-        let first = Array(sealed[0..<n])
-        sealed.replaceSubrange(0..<n, with: sealed[n..<2 * n])
-        sealed.replaceSubrange(n..<2 * n, with: first)
-        XCTAssertThrowsError(try open(sealed, plainLength: plain.count)) {
-            XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
+    func testSwappedBlocksFail() throws {
+        try forEachCipher {
+            let plain = Sodium.randomArray(count: 2 * 4096)
+            var sealed = seal(plain)
+            let n = ContentCipher.cipherBlockSize
+            let first = Array(sealed[0..<n])
+            sealed.replaceSubrange(0..<n, with: sealed[n..<2 * n])
+            sealed.replaceSubrange(n..<2 * n, with: first)
+            XCTAssertThrowsError(try open(sealed, plainLength: plain.count)) {
+                XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
+            }
         }
     }
 
-    func testBlockFromAnotherFileOrIndexFails() {
-        let plain = Sodium.randomArray(count: 4096)
-        let sealed = seal(plain, first: 2)
-        XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 2, id: .random()))
-        XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 3))
-        XCTAssertNoThrow(try open(sealed, plainLength: 4096, first: 2))
+    func testBlockFromAnotherFileOrIndexFails() throws {
+        try forEachCipher {
+            let plain = Sodium.randomArray(count: 4096)
+            let sealed = seal(plain, first: 2)
+            XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 2, id: .random()))
+            XCTAssertThrowsError(try open(sealed, plainLength: 4096, first: 3))
+            XCTAssertNoThrow(try open(sealed, plainLength: 4096, first: 2))
+        }
     }
 
-    func testTruncatedBlockFails() {
+    func testAESBlocksUseAKeyPerFileAndZerosInTheSpareNonceBytes() throws {
+        guard ContentAlgorithm.aes256gcm.isAvailable else { throw XCTSkip("no AES-NI on this CPU") }
+        let key = SecureBytes.random(count: 32)
+        cipher = ContentCipher(key: key, algorithm: .aes256gcm)
         let sealed = seal(Sodium.randomArray(count: 4096))
-        // Cut inside the data: the tag no longer matches.
-        XCTAssertThrowsError(try open(Array(sealed.prefix(2000)), plainLength: 2000 - 40)) {
-            XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
-        }
-        // Cut inside nonce+tag: too short to be a block.
-        XCTAssertThrowsError(try open(Array(sealed.prefix(30)), plainLength: 0)) {
-            XCTAssertEqual($0 as? CryptoError, .blockTooShort(blockIndex: 0, length: 30))
+        XCTAssertEqual(Array(sealed[12..<24]), [UInt8](repeating: 0, count: 12))
+        XCTAssertNotEqual(Array(sealed[0..<12]), [UInt8](repeating: 0, count: 12))
+        // The same content key under XChaCha20-Poly1305 does not open it.
+        cipher = ContentCipher(key: key, algorithm: .xchacha20poly1305)
+        XCTAssertThrowsError(try open(sealed, plainLength: 4096))
+    }
+
+    func testTruncatedBlockFails() throws {
+        try forEachCipher {
+            let sealed = seal(Sodium.randomArray(count: 4096))
+            // Cut inside the data: the tag no longer matches.
+            XCTAssertThrowsError(try open(Array(sealed.prefix(2000)), plainLength: 2000 - 40)) {
+                XCTAssertEqual($0 as? CryptoError, .blockAuthenticationFailed(blockIndex: 0))
+            }
+            // Cut inside nonce+tag: too short to be a block.
+            XCTAssertThrowsError(try open(Array(sealed.prefix(30)), plainLength: 0)) {
+                XCTAssertEqual($0 as? CryptoError, .blockTooShort(blockIndex: 0, length: 30))
+            }
         }
     }
 }

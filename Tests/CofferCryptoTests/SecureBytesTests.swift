@@ -14,7 +14,7 @@ final class SecureBytesTests: XCTestCase {
 
     func testKeySetWipeZeroesEverySubkeyAndRefusesLaterUse() throws {
         let master = MasterKey.generate()
-        let keys = KeySet(master: master)
+        let keys = KeySet(master: master, content: .preferred)
         master.wipe()
         XCTAssertTrue(master.secret.isAllZero)
         let plain = [UInt8](repeating: 7, count: 100)

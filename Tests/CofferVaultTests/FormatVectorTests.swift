@@ -22,7 +22,7 @@ final class FormatVectorTests: XCTestCase {
         for purpose in SubkeyPurpose.allCases {
             out.append(("subkey_\(purpose.rawValue)", hex(master.subkey(purpose).withUnsafeBytes { Array($0) })))
         }
-        let keys = KeySet(master: master)
+        let keys = KeySet(master: master, content: .xchacha20poly1305)
 
         // Content block 3 of a file, 100 bytes of plaintext 00 01 … 63.
         let fileID = FileID(bytes: bytes(from: 0xa0, count: 16))
@@ -35,6 +35,18 @@ final class FormatVectorTests: XCTestCase {
         }
         out.append(("content_file_header", hex(FileHeader(fileID: fileID).bytes)))
         out.append(("content_block_3", hex(block)))
+        // The same block under AES-256-GCM (format 3): nonce 40 … 4b, then 12 zero bytes.
+        if ContentAlgorithm.aes256gcm.isAvailable {
+            let aes = KeySet(master: master, content: .aes256gcm)
+            var aesBlock = [UInt8](repeating: 0, count: 140)
+            try plain.withUnsafeBytes { p in
+                try aesBlock.withUnsafeMutableBytes {
+                    try aes.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID,
+                                                            nonce: bytes(from: 0x40, count: 12) + [UInt8](repeating: 0, count: 12), into: $0)
+                }
+            }
+            out.append(("content_block_3_aes256gcm", hex(aesBlock)))
+        }
 
         // Names in a directory whose IV is f0 f1 … ff.
         let dirIV = bytes(from: 0xf0, count: 16)
@@ -55,8 +67,9 @@ final class FormatVectorTests: XCTestCase {
         out.append(("symlink_long_backing", try symlinks.encrypt([UInt8](repeating: 0x74, count: 3100), nonce: symlinkNonce).linkTarget))
 
         // Key slots of a config with fixed salt, time and nonces.
-        out.append(("config_format", "\(VaultConfig.currentFormat)"))
-        var config = VaultConfig(format: VaultConfig.currentFormat, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+        // A format 2 config (XChaCha20-Poly1305); format 3 differs only in the number and cipher name.
+        out.append(("config_format", "2"))
+        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
                                  blockSize: 4096,
                                  kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
                                             salt: Base64URL.encode(bytes(from: 0x10, count: 16))),
@@ -128,7 +141,7 @@ final class FormatVectorTests: XCTestCase {
         let pass = SecureBytes(count: 28)
         pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
         let kek = try PassphraseKDF.deriveKey(passphrase: pass, salt: Self.bytes(from: 0x10, count: 16), parameters: .floor)
-        var config = VaultConfig(format: VaultConfig.currentFormat, created: "2026-01-01T00:00:00Z", contentCipher: VaultConfig.cipherName,
+        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
                                  blockSize: 4096,
                                  kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
                                             salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),

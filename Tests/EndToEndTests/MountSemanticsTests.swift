@@ -333,7 +333,7 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertTrue(Harness.sh("grep -q '\"format\" : 2' \(dir)/coffer.conf").status == 0, "new vaults are format 2")
         let cipherdir = scratch.mkdir("v1.cipher"), mountpoint = scratch.mkdir("v1.plain")
         let passfile = scratch.file("v1.pass", "pass\n")
-        assertOK(Harness.run([Harness.coffer, "init", "--format", "1", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, cipherdir]), "init --format 1")
+        assertOK(Harness.run([Harness.coffer, "init", "--cipher", "xchacha20-poly1305", "--format", "1", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, cipherdir]), "init --format 1")
         XCTAssertTrue(Harness.run([Harness.coffer, "info", cipherdir]).stdout.contains("Format version: 1"))
         assertOK(Harness.run([Harness.coffer, "mount", "--passfile", passfile, cipherdir, mountpoint]), "mount")
         let r = Harness.sh("""

@@ -11,13 +11,13 @@ final class MountedVault {
     let logFile: String
 
     /// A new vault in `cipherdir` (by default a directory of the scratch directory).
-    init(scratch: Scratch, name: String = "vault", cipherdir: String? = nil) {
+    init(scratch: Scratch, name: String = "vault", cipherdir: String? = nil, initOptions: [String] = []) {
         self.cipherdir = cipherdir ?? scratch.mkdir(name + ".cipher")
         if let cipherdir { try? FileManager.default.createDirectory(atPath: cipherdir, withIntermediateDirectories: true) }
         mountpoint = scratch.mkdir(name + ".plain")
         passfile = scratch.file(name + ".pass", "passphrase of \(name)\n")
         logFile = scratch.path + "/" + name + ".log"
-        let r = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, self.cipherdir])
+        let r = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile] + initOptions + [self.cipherdir])
         XCTAssertEqual(r.status, 0, "init: \(r.stderr)")
     }
 

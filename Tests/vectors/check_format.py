@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent implementation of the coffer on-disk format, version 2.
+"""Independent implementation of the coffer on-disk format, version 3.
 
 This script is a cross-check of docs/FORMAT.md: it was written from the text of
 that document alone (not from the Swift sources), re-implements every
@@ -22,6 +22,7 @@ round-trip checks). Exit status 0 if everything matched, 1 otherwise.
 
 import base64
 import ctypes
+import hashlib
 import hmac
 import os
 import re
@@ -48,6 +49,8 @@ sodium.crypto_aead_xchacha20poly1305_ietf_encrypt.argtypes = [
     _buf, _u64p, _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf, _buf, _buf]
 sodium.crypto_aead_xchacha20poly1305_ietf_decrypt.argtypes = [
     _buf, _u64p, _buf, _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf, _buf]
+sodium.crypto_aead_aes256gcm_encrypt.argtypes = [
+    _buf, _u64p, _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf, _buf, _buf]
 sodium.crypto_pwhash.argtypes = [
     _buf, ctypes.c_ulonglong, _buf, ctypes.c_ulonglong, _buf,
     ctypes.c_ulonglong, _size, ctypes.c_int]
@@ -239,6 +242,34 @@ HEADER_VERSION = 1
 BLOCK_SIZE = 4096
 
 
+def aes_file_key(k_content: bytes, file_id: bytes) -> bytes:
+    """§4 K_file = BLAKE2b-32(key = K_content, empty, salt = file ID, personal = "coffer-aes-file1").
+
+    Python's own hashlib BLAKE2b, not libsodium: a second implementation of the hash."""
+    return hashlib.blake2b(b"", digest_size=32, key=k_content, salt=file_id,
+                           person=b"coffer-aes-file1").digest()
+
+
+def aes_gcm_seal(key: bytes, nonce12: bytes, plaintext: bytes, ad: bytes) -> bytes:
+    """crypto_aead_aes256gcm_encrypt: returns ciphertext ‖ tag."""
+    assert len(nonce12) == 12 and len(key) == 32
+    if sodium.crypto_aead_aes256gcm_is_available() != 1:
+        raise SystemExit("this CPU has no AES-NI: the AES-256-GCM vectors cannot be checked here")
+    out = ctypes.create_string_buffer(len(plaintext) + AEAD_TAG_BYTES)
+    out_len = ctypes.c_ulonglong(0)
+    sodium.crypto_aead_aes256gcm_encrypt(
+        out, ctypes.byref(out_len), plaintext, len(plaintext), ad, len(ad), None, nonce12, key)
+    return out.raw[:out_len.value]
+
+
+def content_block_aes(k_content: bytes, file_id: bytes, index: int, nonce: bytes,
+                      plaintext: bytes) -> bytes:
+    """§4 aes256gcm: nonce field = 12 random bytes ‖ 12 zeros; GCM under K_file with the first 12."""
+    assert len(nonce) == 24 and nonce[12:] == bytes(12) and 1 <= len(plaintext) <= BLOCK_SIZE
+    return nonce + aes_gcm_seal(aes_file_key(k_content, file_id), nonce[:12], plaintext,
+                                file_id + u64(index))
+
+
 def content_header(file_id: bytes) -> bytes:
     """§4 header = u16 version (0x0001) ‖ file ID (16 bytes)."""
     assert len(file_id) == 16
@@ -426,6 +457,9 @@ def main() -> int:
     check("content_file_header", content_header(FILE_ID).hex())
     check("content_block_3", content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
                                            BLOCK_NONCE, BLOCK_PLAINTEXT).hex())
+    check("content_block_3_aes256gcm",
+          content_block_aes(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
+                            BLOCK_NONCE[:12] + bytes(12), BLOCK_PLAINTEXT).hex())
 
     # §5 short name
     k_mac, k_stream = keys[SUBKEY_NAME_MAC], keys[SUBKEY_NAME_STREAM]

@@ -1,0 +1,127 @@
+// The two content ciphers end to end: which one `init` chooses, that both serve the
+// same workload and pass fsck, what each writes on disk, and that an AES-256-GCM vault
+// is refused with its own status on a CPU without AES-NI (simulated with LD_PRELOAD).
+import Foundation
+import XCTest
+
+final class CipherTests: EndToEndCase {
+    /// The `contentCipher` and `format` of a vault's coffer.conf.
+    func cipherAndFormat(_ cipherdir: String) throws -> (String, Int) {
+        let data = try Data(contentsOf: URL(fileURLWithPath: cipherdir + "/coffer.conf"))
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
+        return (try XCTUnwrap(object["contentCipher"] as? String), try XCTUnwrap(object["format"] as? Int))
+    }
+
+    /// A library that makes libsodium report no AES-NI, for LD_PRELOAD.
+    func noAESLibrary() throws -> String {
+        let source = scratch.file("noaes.c", "int crypto_aead_aes256gcm_is_available(void) { return 0; }\n")
+        let library = scratch.path + "/noaes.so"
+        let r = Harness.run(["clang", "-shared", "-fPIC", "-o", library, source])
+        XCTAssertEqual(r.status, 0, "clang: \(r.stderr)")
+        return library
+    }
+
+    func withoutAES() throws -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["LD_PRELOAD"] = try noAESLibrary()
+        return environment
+    }
+
+    func testInitChoosesAESWhereTheCPUHasItAndXChaChaOnRequest() throws {
+        let aes = MountedVault(scratch: scratch, name: "aes")
+        let (cipher, format) = try cipherAndFormat(aes.cipherdir)
+        let hasAES = ContentAlgorithmProbe.aesAvailable
+        XCTAssertEqual(cipher, hasAES ? "aes256gcm" : "xchacha20-poly1305")
+        XCTAssertEqual(format, hasAES ? 3 : 2)
+        let xchacha = MountedVault(scratch: scratch, name: "xchacha", initOptions: ["--cipher", "xchacha20-poly1305"])
+        let (cipher2, format2) = try cipherAndFormat(xchacha.cipherdir)
+        XCTAssertEqual(cipher2, "xchacha20-poly1305")
+        XCTAssertEqual(format2, 2, "an XChaCha20-Poly1305 vault stays readable by coffers that know format 2")
+        let info = Harness.run([Harness.coffer, "info", xchacha.cipherdir])
+        XCTAssertTrue(info.stdout.contains("Content cipher: xchacha20-poly1305"), info.stdout)
+        let bad = Harness.run([Harness.coffer, "init", "--cipher", "rot13", "--passfile", aes.passfile, scratch.mkdir("bad")])
+        XCTAssertEqual(bad.status, 64, bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("aes256gcm") && bad.stderr.contains("xchacha20-poly1305"), bad.stderr)
+    }
+
+    func testBothCiphersServeTheSameWorkloadAndPassFsck() throws {
+        try XCTSkipUnless(ContentAlgorithmProbe.aesAvailable, "no AES-NI here")
+        for cipher in ["aes256gcm", "xchacha20-poly1305"] {
+            let vault = MountedVault(scratch: scratch, name: cipher, initOptions: ["--cipher", cipher])
+            vault.mount()
+            let reference = scratch.mkdir(cipher + ".reference")
+            // The same operations in the mount and in a plain directory; the trees must match.
+            let script = """
+                set -e
+                head -c 1048577 /dev/urandom > big
+                for n in 0 1 4095 4096 4097; do head -c $n /dev/urandom > f$n; done
+                cp big copy; printf 'appended' >> copy
+                dd if=/dev/urandom of=copy bs=1 seek=5000 count=300 conv=notrunc status=none
+                truncate -s 7000 f4097; truncate -s 20000 f1
+                """
+            assertOK(vault.sh(script), "\(cipher): workload")
+            assertOK(Harness.sh("cp -a '\(vault.mountpoint)/.' '\(reference)/'"), "copy out")
+            vault.unmount()
+            vault.mount()
+            assertOK(Harness.sh("diff -r '\(vault.mountpoint)' '\(reference)'"), "\(cipher): contents after remount")
+            // The nonce field of block 0 of a backing file: AES-256-GCM leaves its last 12 bytes zero.
+            let spare = Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 100000 ] && od -An -tx1 -j 30 -N 12 \"$f\" | tr -d ' \\n' && break; done")
+            if cipher == "aes256gcm" {
+                XCTAssertEqual(spare.stdout, String(repeating: "00", count: 12), "\(cipher): spare nonce bytes")
+            } else {
+                XCTAssertNotEqual(spare.stdout, String(repeating: "00", count: 12), "\(cipher): a 24-byte random nonce")
+                XCTAssertEqual(spare.stdout.count, 24, spare.stderr)
+            }
+            vault.unmount()
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 0, "\(cipher): \(fsck.stdout)\(fsck.stderr)")
+            XCTAssertTrue(fsck.stdout.contains("no problems"), fsck.stdout)
+        }
+    }
+
+    func testAChangedSpareNonceByteIsDamageInAnAESVault() throws {
+        try XCTSkipUnless(ContentAlgorithmProbe.aesAvailable, "no AES-NI here")
+        let vault = MountedVault(scratch: scratch, name: "aes", initOptions: ["--cipher", "aes256gcm"])
+        vault.mount()
+        assertOK(vault.sh("head -c 10000 /dev/urandom > f"), "write")
+        vault.unmount()
+        // Byte 18 + 20 of the only content file: inside the spare half of block 0's nonce field.
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 9000 ] && printf '\\x01' | dd of=\"$f\" bs=1 seek=38 conv=notrunc status=none; done"), "tamper")
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("block 0 failed authentication"), fsck.stdout)
+        vault.mount()
+        let read = vault.sh("cat f > /dev/null")
+        XCTAssertNotEqual(read.status, 0)
+        XCTAssertTrue(read.stderr.contains("Input/output error"), read.stderr)
+        vault.unmount()
+    }
+
+    func testAnAESVaultIsRefusedOnACPUWithoutAESNI() throws {
+        try XCTSkipUnless(ContentAlgorithmProbe.aesAvailable, "no AES-NI here")
+        let vault = MountedVault(scratch: scratch, name: "aes", initOptions: ["--cipher", "aes256gcm"])
+        let environment = try withoutAES()
+        let mount = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint],
+                                environment: environment)
+        XCTAssertEqual(mount.status, 16, mount.stderr)
+        XCTAssertTrue(mount.stderr.contains("AES-NI"), mount.stderr)
+        XCTAssertFalse(vault.isMounted)
+        let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", vault.passfile, vault.cipherdir], environment: environment)
+        XCTAssertEqual(fsck.status, 16, fsck.stderr)
+        // What needs no content key still works there.
+        XCTAssertEqual(Harness.run([Harness.coffer, "info", vault.cipherdir], environment: environment).status, 0)
+        let forced = Harness.run([Harness.coffer, "init", "--cipher", "aes256gcm", "--passfile", vault.passfile, scratch.mkdir("forced")],
+                                 environment: environment)
+        XCTAssertEqual(forced.status, 16, forced.stderr)
+        let fallback = scratch.mkdir("fallback")
+        let plain = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", vault.passfile, fallback],
+                                environment: environment)
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        XCTAssertEqual(try cipherAndFormat(fallback).0, "xchacha20-poly1305", "without AES-NI, init falls back")
+    }
+}
+
+/// Whether this CPU has AES-NI, as the kernel reports it.
+enum ContentAlgorithmProbe {
+    static let aesAvailable = ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").contains(" aes ")
+}
