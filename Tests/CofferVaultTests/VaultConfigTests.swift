@@ -120,10 +120,26 @@ final class VaultConfigTests: XCTestCase {
         XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .configDamaged) }
     }
 
+    /// AES-256-GCM came with format 3: a lower format naming it (with a correct checksum)
+    /// is refused, never read with the wrong cipher.
+    func testAESInAFormat2ConfigIsRefused() throws {
+        _ = try makeVault()
+        var config = try VaultConfig.parse(dir.read(VaultConfig.fileName))
+        config.format = 2
+        config.contentCipher = ContentAlgorithm.aes256gcm.rawValue
+        config.checksum = config.computedChecksum()
+        XCTAssertThrowsError(try VaultConfig.parse(config.serialized())) {
+            XCTAssertEqual($0 as? VaultError, .unsupportedParameter("cipher aes256gcm in format 2"))
+        }
+        config.format = 3
+        config.checksum = config.computedChecksum()
+        XCTAssertEqual(try VaultConfig.parse(config.serialized()).contentAlgorithm, .aes256gcm)
+    }
+
     func testUnknownFormatAndMalformedConfig() throws {
         _ = try makeVault()
-        try editConfig { $0["format"] = 3 }
-        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 3)) }
+        try editConfig { $0["format"] = 4 }
+        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 4)) }
         dir.write(VaultConfig.fileName, Array("{\"format\": 1}".utf8))
         XCTAssertThrowsError(try Vault.open(at: dir.path)) {
             guard case .configMalformed = $0 as? VaultError else { return XCTFail("\($0)") }
