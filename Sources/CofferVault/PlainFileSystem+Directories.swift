@@ -20,6 +20,10 @@ public struct ListedEntry {
 final class OpenDirectory {
     let node: Node
     var entries: [ListedEntry] = []
+    /// False from a load until the first READDIR: a READDIR at offset 0 then serves
+    /// the listing opendir took instead of reading the directory a second time.
+    /// (The kernel sends one READDIR at a time per open directory.)
+    var served = false
 
     init(node: Node) { self.node = node }
 
@@ -58,11 +62,13 @@ extension PlainFileSystem {
         directory.entries = entries
     }
 
-    /// The listing from `offset` on (offset 0 re-reads the directory, as rewinddir does).
+    /// The listing from `offset` on. Offset 0 re-reads the directory, as rewinddir
+    /// expects, unless the listing opendir took has not been served yet.
     public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
         try withKeys { keys in
             let directory = OpenDirectory.borrow(handle)
-            if offset == 0 { try load(directory, keys: keys) }
+            if offset == 0 && directory.served { try load(directory, keys: keys) }
+            directory.served = true
             return directory.entries.dropFirst(offset)
         }
     }
