@@ -83,14 +83,26 @@ public final class FuseSession {
         _ = KillPrivNegotiation.install(on: session!, fd: fuse_session_fd(session))
     }
 
-    /// Serves requests on up to `threads` threads until the mount goes away or a
-    /// signal arrives. The mount stays until `unmount()` (or deinit), so that the
-    /// caller can wipe its keys while a signalled mount is still there: whoever sees
-    /// the mount gone also sees the keys gone. Returns libfuse's status (0: clean exit).
+    /// Worker threads by default: 8, or two per core on machines with more than four.
+    /// Most of a worker's time is spent waiting (for the backing disk, for the kernel),
+    /// so more workers than cores keep the cores busy; 2 served worst here and 4…10 the
+    /// same within noise (docs/PERFORMANCE.md, "Worker threads").
+    public static let defaultThreads = min(64, max(8, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+
+    /// Serves requests on up to `threads` worker threads (libfuse starts them as
+    /// requests queue up and keeps them) until the mount goes away or a signal
+    /// arrives. The mount stays until `unmount()` (or deinit), so that the caller can
+    /// wipe its keys while a signalled mount is still there: whoever sees the mount
+    /// gone also sees the keys gone. Returns libfuse's status (0: clean exit).
     @discardableResult
-    public func run(threads: Int = 8) -> Int32 {
-        var config = fuse_loop_config(clone_fd: 1, max_idle_threads: UInt32(threads))
-        let status = fuse_session_loop_mt_32(session, &config)
+    public func run(threads: Int = FuseSession.defaultThreads) -> Int32 {
+        let config = fuse_loop_cfg_create()
+        defer { fuse_loop_cfg_destroy(config) }
+        fuse_loop_cfg_set_clone_fd(config, 1)
+        fuse_loop_cfg_set_max_threads(config, UInt32(threads))
+        // libfuse's default (-1): idle workers stay, so a burst does not pay for
+        // thread creation again.
+        let status = fuse_session_loop_mt(session, config)
         fuse_remove_signal_handlers(session)
         return status
     }

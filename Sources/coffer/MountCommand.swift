@@ -45,6 +45,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Lock after this long without a file-system operation (e.g. 90s, 15m, 1h).", valueName: "duration"))
     var idleLock: String?
 
+    @Option(name: .long, help: ArgumentHelp("Worker threads serving requests (1…64; default 8, or 2 per core above 4 cores).", valueName: "n"))
+    var threads: Int = FuseSession.defaultThreads
+
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
@@ -61,6 +64,7 @@ struct MountCommand: ParsableCommand {
     var mountpoint: String
 
     func validate() throws {
+        guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
         if let idleLock, parseDuration(idleLock) == nil {
             throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
         }
@@ -122,6 +126,7 @@ struct MountCommand: ParsableCommand {
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
         if passphrase != nil { arguments += ["--passphrase-fd", "4"] }
         if let idleLock { arguments += ["--idle-lock", idleLock] }
+        if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         if allowOther { arguments.append("--allow-other") }
         if readOnly { arguments.append("--read-only") }
@@ -206,7 +211,7 @@ struct MountCommand: ParsableCommand {
         log.write("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
-        session.run()
+        session.run(threads: threads)
         SystemdNotify.send("STOPPING=1")
         // Stop serving unlocks before the last lock, so that none can bring the keys back.
         server.stop()
