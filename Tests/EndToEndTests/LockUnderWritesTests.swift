@@ -56,6 +56,54 @@ final class LockUnderWritesTests: EndToEndCase {
         print("all acknowledged writes readable")
         """
 
+    /// One 128 MiB write() whose source pages fault in from the disk one by one (so the
+    /// kernel's invalidation at the lock can overtake it), locked 0.3 s in: what the
+    /// call returns must be exactly what the file holds after the unlock. With the
+    /// kernel's writeback cache this fails (docs/PERFORMANCE.md, "Writeback cache").
+    static let straddlingScript = """
+        import mmap, os, subprocess, sys, threading, time
+        coffer, m, passfile, src = sys.argv[1:5]
+        size = 128 << 20
+        with open(src, "wb") as f:
+            for _ in range(128): f.write(os.urandom(1 << 20))
+        for trial in range(3):
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f: f.write("3\\n")
+            source = mmap.mmap(os.open(src, os.O_RDONLY), size, prot=mmap.PROT_READ)
+            source.madvise(mmap.MADV_RANDOM)
+            path = os.path.join(m, "straddled%d" % trial)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            result = {}
+            def write():
+                try:
+                    result["n"] = os.write(fd, source)
+                except OSError as e:
+                    result["n"] = 0
+            writer = threading.Thread(target=write)
+            writer.start()
+            time.sleep(0.3)
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            writer.join()
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            subprocess.run([coffer, "unlock", "--passfile", passfile, m], check=True, stdout=subprocess.DEVNULL)
+            with open(path, "rb") as f:
+                data = f.read()
+            print("trial", trial, "acknowledged", result["n"], "stored", len(data))
+            assert data == source[:result["n"]], "trial %d: %d bytes acknowledged, %d stored" % (trial, result["n"], len(data))
+        print("what was acknowledged was stored")
+        """
+
+    func testAWriteStraddlingTheLockStoresWhatItAcknowledged() {
+        let vault = mountedVault()
+        let r = Harness.run(["python3", "-c", Self.straddlingScript, Harness.coffer, vault.mountpoint, vault.passfile,
+                             scratch.path + "/source"])
+        XCTAssertTrue(r.stdout.contains("what was acknowledged was stored"), r.stdout + r.stderr)
+        vault.unmount()
+    }
+
     func testEveryAcknowledgedWriteSurvivesALockUnderLoad() {
         let vault = mountedVault()
         for seed in 1...3 {
