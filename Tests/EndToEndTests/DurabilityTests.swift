@@ -179,8 +179,15 @@ final class DurabilityTests: EndToEndCase {
             process.currentDirectoryURL = URL(fileURLWithPath: vault.mountpoint)
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
+            FileManager.default.createFile(atPath: intents, contents: nil)
             try process.run()
-            usleep(useconds_t(300_000 + 100_000 * (round % 5)))
+            // The kill comes a while after the first write began (python can take long
+            // to start on a busy machine; a round that wrote nothing tests nothing).
+            let started = Date().addingTimeInterval(20)
+            while ((try? FileManager.default.attributesOfItem(atPath: intents)[.size] as? Int) ?? 0) == 0 && Date() < started {
+                usleep(10_000)
+            }
+            usleep(useconds_t(200_000 + 100_000 * (round % 5)))
             vault.killDaemon()
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
