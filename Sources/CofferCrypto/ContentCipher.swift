@@ -85,10 +85,11 @@ public struct ContentCipher: Sendable {
 
     /// Lends the key for the blocks of `fileID` to `body`. For AES-256-GCM the file's
     /// key is BLAKE2b-256(key: content subkey, salt: file ID, personal: "coffer-aes-file1"),
-    /// expanded into a stack buffer that is zeroed before this returns. It is on the
-    /// stack and not in sodium_malloc memory because it lives for one call and costs
-    /// about 0.1 µs to make: a lock cannot find it, and no swap sees a page this short-lived
-    /// that is not also the one the call's plaintext is in.
+    /// expanded into a stack buffer that is zeroed before this returns. Why not in
+    /// sodium_malloc memory: it lives for one call (about 0.3 µs to make), inside
+    /// `lend`, so a lock's wipe waits for it to be zeroed; and it shares the call's
+    /// stack with the plaintext it protects, so locking its page against swap would
+    /// protect nothing the plaintext buffers do not already expose.
     private func withBlockKey<R>(fileID: FileID, _ body: (BlockKey) throws -> R) throws -> R {
         try key.lend { contentKey in
             switch algorithm {
