@@ -1,11 +1,11 @@
 // UnixSocket wraps the few socket calls the control channel needs: bind/listen with a
 // private mode, connect, the peer's credentials (SO_PEERCRED), a receive timeout.
+import CLinux
 import CofferVault
 import Glibc
 
 enum UnixSocket {
-    /// SO_PEERCRED and struct ucred (<sys/socket.h>, GNU): pid, uid, gid of the peer.
-    private static let SO_PEERCRED: Int32 = 17
+    /// The peer's pid, uid and gid (SO_PEERCRED's struct ucred).
     struct Credentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
 
     private static func address(_ path: String) throws -> sockaddr_un {
@@ -52,8 +52,7 @@ enum UnixSocket {
 
     static func peer(_ fd: Int32) -> Credentials? {
         var credentials = Credentials()
-        var length = socklen_t(MemoryLayout<Credentials>.size)
-        return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 ? credentials : nil
+        return clinux_peer_credentials(fd, &credentials.pid, &credentials.uid, &credentials.gid) == 0 ? credentials : nil
     }
 
     static func setTimeout(_ fd: Int32, seconds: Int) {

@@ -219,10 +219,3 @@ public enum Sys {
         try readDirectory(dir).map(\.name)
     }
 }
-
-// Linux flags that Swift's Glibc module does not export (they sit behind _GNU_SOURCE).
-// Values from <bits/fcntl-linux.h> and <linux/fcntl.h>; identical on every Linux ABI Swift targets.
-/// open(2): a descriptor that only names a file (no read or write access).
-public let O_PATH: Int32 = 0o10000000
-/// *at(2): operate on the descriptor itself when the path is empty.
-public let AT_EMPTY_PATH: Int32 = 0x1000

@@ -1,15 +1,13 @@
 // DaemonLauncher starts `coffer mount --foreground` as a detached child (new session,
 // stdio on /dev/null) with a pipe for the passphrase and a pipe for its status, so no
 // secret ever appears in argv or the environment.
+import CLinux
 import CofferCrypto
 import CofferVault
 import Foundation
 import Glibc
 
 struct DaemonLauncher {
-    /// glibc's POSIX_SPAWN_SETSID (<spawn.h>, a GNU extension Swift does not import).
-    private static let POSIX_SPAWN_SETSID: Int16 = 0x80
-
     let pid: pid_t
     private let secretFD: Int32
     private let statusFD: Int32
@@ -76,7 +74,7 @@ struct DaemonLauncher {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        if newSession { posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID) }
+        if newSession { posix_spawnattr_setflags(&attributes, clinux_POSIX_SPAWN_SETSID) }
 
         var argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
