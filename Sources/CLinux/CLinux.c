@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -66,3 +67,7 @@ int clinux_rwlockattr_prefer_writers(pthread_rwlockattr_t *attributes) {
 int clinux_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, int lowest) {
     return posix_spawn_file_actions_addclosefrom_np(actions, lowest);
 }
+
+int clinux_exit_status(int status) { return WEXITSTATUS(status); }
+
+int clinux_term_signal(int status) { return WTERMSIG(status); }

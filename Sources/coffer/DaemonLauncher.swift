@@ -110,7 +110,7 @@ struct DaemonLauncher {
             // No status: the daemon is gone, or going. Wait for it a little, never forever.
             var status: Int32 = 0
             for _ in 0..<50 where waitpid(pid, &status, WNOHANG) == 0 { usleep(100_000) }
-            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(status >> 8))")
+            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(clinux_exit_status(status)))")
         }
         if code != 0 {
             var status: Int32 = 0

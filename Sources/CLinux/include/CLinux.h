@@ -3,6 +3,8 @@
 // syncfs, pipe2, malloc_trim, O_PATH, RENAME_*, struct ucred…), and the xattr calls,
 // which it leaves out. CLinux.c is compiled with _GNU_SOURCE against the real headers,
 // so every prototype and value below is checked by the C compiler, not copied by hand.
+// It also gives the wait-status macros (WEXITSTATUS, WTERMSIG) as functions: Swift
+// imports no function-like macro.
 //
 // This header itself must not define _GNU_SOURCE: a glibc header seen with it defines
 // some structures differently (fd_set) from the same header in Swift's Glibc module,
@@ -60,6 +62,10 @@ int clinux_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 /// pthread_rwlockattr_setkind_np(PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP): a
 /// waiting writer goes before readers that arrive after it.
 int clinux_rwlockattr_prefer_writers(pthread_rwlockattr_t *attributes);
+
+/// WEXITSTATUS and WTERMSIG of a status from waitpid(2).
+int clinux_exit_status(int status);
+int clinux_term_signal(int status);
 
 /// posix_spawn_file_actions_addclosefrom_np (glibc 2.34): the child closes every
 /// descriptor from `lowest` up.
