@@ -17,17 +17,19 @@ let package = Package(
                        providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
+        // The Linux calls and constants behind _GNU_SOURCE, compiled against the real headers.
+        .target(name: "CLinux"),
         // Layer 2: the crypto engine — bytes in, bytes out.
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
         // Layer 3: the backing-directory format.
-        .target(name: "CofferVault", dependencies: ["CofferCrypto"]),
+        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CLinux"]),
         // Layer 4: the FUSE bridge — kernel requests to vault calls, no crypto.
         .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault"]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
-        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto"]),
+        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto", "CLinux"]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CofferCrypto", "CofferVault", "CofferFUSE", "CofferGate",
+            "CLinux", "CofferCrypto", "CofferVault", "CofferFUSE", "CofferGate",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),

@@ -292,7 +292,7 @@ private func replyXattr(_ req: fuse_req_t?, size: Int, _ value: [UInt8]) {
     } else if size < value.count {
         fuse_reply_err(req, ERANGE)
     } else {
-        value.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+        _ = value.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
     }
 }
 

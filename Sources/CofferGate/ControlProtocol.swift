@@ -32,16 +32,10 @@ public enum ControlProtocol {
 public struct Deadline {
     let end: Double
 
-    public init(seconds: Double) { end = Deadline.now() + seconds }
-
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
+    public init(seconds: Double) { end = Sys.monotonicNow() + seconds }
 
     /// Milliseconds left (0 once passed), for poll(2).
-    var remainingMilliseconds: Int32 { Int32(max(0, min((end - Deadline.now()) * 1000, Double(Int32.max))).rounded(.up)) }
+    var remainingMilliseconds: Int32 { Int32(max(0, min((end - Sys.monotonicNow()) * 1000, Double(Int32.max))).rounded(.up)) }
 }
 
 /// What a client asks.

@@ -139,12 +139,6 @@ public final class Gate: @unchecked Sendable {
         lock(reason: "unmounted")
     }
 
-    /// Marks the vault wiped and locks: no unlock will be accepted again.
-    public func markWiped() {
-        lock.withLock { wiped = true }
-        lock(reason: "vault wiped")
-    }
-
     // MARK: Idle lock and status
 
     /// Starts a thread that locks once no operation needed the keys for `idleLock` seconds.

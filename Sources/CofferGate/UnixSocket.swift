@@ -1,21 +1,12 @@
 // UnixSocket wraps the few socket calls the control channel needs: bind/listen with a
 // private mode, connect, the peer's credentials (SO_PEERCRED), a receive timeout.
+import CLinux
 import CofferVault
 import Glibc
 
 enum UnixSocket {
-    /// SO_PEERCRED and struct ucred (<sys/socket.h>, GNU): pid, uid, gid of the peer.
-    private static let SO_PEERCRED: Int32 = 17
+    /// The peer's pid, uid and gid (SO_PEERCRED's struct ucred).
     struct Credentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
-
-    private static func address(_ path: String) throws -> sockaddr_un {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw Errno(ENAMETOOLONG, "socket path \(path)") }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes + [0]) }
-        return address
-    }
 
     private static func stream() throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -26,11 +17,10 @@ enum UnixSocket {
     /// A listening socket at `path`, mode 0600 (bound under umask 077, then chmod'ed).
     static func listen(at path: String) throws -> Int32 {
         let fd = try stream()
-        var address = try address(path)
+        let address: UnixSocketAddress
+        do { address = try UnixSocketAddress(path) } catch { close(fd); throw error }
         let saved = umask(0o077)
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let rc = address.withSockaddr { bind(fd, $0, $1) }
         umask(saved)
         guard rc == 0 else { let e = Errno(errno, "bind \(path)"); close(fd); throw e }
         guard chmod(path, 0o600) == 0, Glibc.listen(fd, 16) == 0 else {
@@ -42,23 +32,48 @@ enum UnixSocket {
     /// A socket connected to `path`.
     static func connect(to path: String) throws -> Int32 {
         let fd = try stream()
-        var address = try address(path)
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        let address: UnixSocketAddress
+        do { address = try UnixSocketAddress(path) } catch { close(fd); throw error }
+        let rc = address.withSockaddr { Glibc.connect(fd, $0, $1) }
         guard rc == 0 else { let e = Errno(errno, "connect \(path)"); close(fd); throw e }
         return fd
     }
 
     static func peer(_ fd: Int32) -> Credentials? {
         var credentials = Credentials()
-        var length = socklen_t(MemoryLayout<Credentials>.size)
-        return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 ? credentials : nil
+        return clinux_peer_credentials(fd, &credentials.pid, &credentials.uid, &credentials.gid) == 0 ? credentials : nil
     }
 
     static func setTimeout(_ fd: Int32, seconds: Int) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+}
+
+/// A Unix socket's address (sockaddr_un) and its length: a path, or, if `abstract`
+/// allows it and it starts with '@', a name in the abstract namespace (as systemd
+/// writes $NOTIFY_SOCKET).
+public struct UnixSocketAddress {
+    private var address = sockaddr_un()
+    private let length: socklen_t
+
+    /// Throws ENAMETOOLONG when the name does not fit in sun_path with its leading or
+    /// trailing NUL byte.
+    public init(_ path: String, abstract allowed: Bool = false) throws {
+        address.sun_family = sa_family_t(AF_UNIX)
+        let abstract = allowed && path.hasPrefix("@")
+        // An abstract name starts with a NUL byte instead of '@'; a path ends with one.
+        let bytes = abstract ? [0] + Array(path.utf8.dropFirst()) : Array(path.utf8) + [0]
+        guard bytes.count <= MemoryLayout.size(ofValue: address.sun_path) else {
+            throw Errno(ENAMETOOLONG, "socket path \(path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count)
+    }
+
+    /// Calls `body` with the address as a sockaddr and its length (bind, connect, sendto).
+    public func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+        withUnsafePointer(to: address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) } }
     }
 }

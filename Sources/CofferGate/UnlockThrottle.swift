@@ -1,5 +1,6 @@
 // UnlockThrottle slows down passphrase guessing: after each failed unlock the next
 // attempt is refused until a delay has passed, doubling from 1 s up to 5 minutes.
+import CofferVault
 import Glibc
 
 public struct UnlockThrottle {
@@ -14,18 +15,12 @@ public struct UnlockThrottle {
 
     public init() {}
 
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-
     /// Seconds until an attempt is accepted (0: now).
-    public var retryAfter: Double { max(0, notBefore - Self.now()) }
+    public var retryAfter: Double { max(0, notBefore - Sys.monotonicNow()) }
 
     public mutating func recordFailure() {
         failures += 1
-        notBefore = Self.now() + min(Self.maxDelay, Self.firstDelay * pow2(failures - 1))
+        notBefore = Sys.monotonicNow() + min(Self.maxDelay, Self.firstDelay * pow2(failures - 1))
     }
 
     public mutating func recordSuccess() {

@@ -72,7 +72,7 @@ public enum DirectoryIV {
         guard let entries = try leftovers(in: fd) else { throw Errno(ENOTEMPTY, "rmdir") }
         // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
         let st = try Sys.stat(fd)
-        if st.st_mode & 0o200 == 0 { _ = chmod("/proc/self/fd/\(fd)", (st.st_mode & 0o7777) | 0o200) }
+        if st.st_mode & 0o200 == 0 { _ = chmod(Sys.procPath(fd), (st.st_mode & 0o7777) | 0o200) }
         for entry in entries { try Sys.unlink(entry, in: fd) }
         try Sys.unlink(name, in: dir, directory: true)
     }

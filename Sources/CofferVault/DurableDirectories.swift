@@ -19,8 +19,8 @@ final class DurableDirectories: @unchecked Sendable {
     /// from `fd` itself, a directory) up to the vault root `root` durable. A file or
     /// directory already removed has nothing above it to make durable.
     func makeDurable(from fd: Int32, isDirectory: Bool, root: Int32) throws {
-        guard let rootPath = try? Sys.readlink("/proc/self/fd/\(root)", in: AT_FDCWD),
-              var path = try? Sys.readlink("/proc/self/fd/\(fd)", in: AT_FDCWD) else { return }
+        guard let rootPath = try? Sys.readlink(Sys.procPath(root), in: AT_FDCWD),
+              var path = try? Sys.readlink(Sys.procPath(fd), in: AT_FDCWD) else { return }
         if !isDirectory { path = Self.parent(of: path) }
         while path == rootPath || path.hasPrefix(rootPath == "/" ? "/" : rootPath + "/") {
             guard let dir = try? Sys.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else { return }

@@ -1,4 +1,5 @@
 // Locks wraps pthread mutexes and reader-writer locks for the plaintext view's nodes.
+import CLinux
 import Glibc
 
 /// A mutual-exclusion lock (pthread_mutex).
@@ -25,15 +26,10 @@ public final class Lock: @unchecked Sendable {
 public final class ReadWriteLock: @unchecked Sendable {
     private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
 
-    /// PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP (<pthread.h>, GNU).
-    private static let preferWriter: Int32 = 2
-    private typealias SetKind = @convention(c) (UnsafeMutablePointer<pthread_rwlockattr_t>?, Int32) -> Int32
-    private static let setKind: SetKind? = dlsym(nil, "pthread_rwlockattr_setkind_np").map { unsafeBitCast($0, to: SetKind.self) }
-
     public init() {
         var attributes = pthread_rwlockattr_t()
         pthread_rwlockattr_init(&attributes)
-        _ = Self.setKind?(&attributes, Self.preferWriter)
+        _ = clinux_rwlockattr_prefer_writers(&attributes)
         pthread_rwlock_init(lock, &attributes)
         pthread_rwlockattr_destroy(&attributes)
     }

@@ -47,7 +47,7 @@ public final class Node: @unchecked Sendable {
     var isSymlink: Bool { type == S_IFLNK }
 
     /// "/proc/self/fd/N": a path to the backing inode for calls that take no O_PATH fd.
-    var procPath: String { "/proc/self/fd/\(fd)" }
+    var procPath: String { Sys.procPath(fd) }
 
     /// The directory IV, read once from the backing directory and then cached.
     func directoryIV() throws -> [UInt8] {

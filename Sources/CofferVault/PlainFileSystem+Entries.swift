@@ -63,7 +63,7 @@ extension PlainFileSystem {
         } else {
             let path = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
             defer { Sys.close(path) }
-            try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(path)", mode & 0o7777) }
+            try retryOnInterrupt("chmod") { chmod(Sys.procPath(path), mode & 0o7777) }
         }
     }
 
@@ -90,7 +90,7 @@ extension PlainFileSystem {
                 iv = try DirectoryIV.create(in: fd, durable: false)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd).st_mode & S_ISGID
-                try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(fd)", mode & 0o7777 | inherited) }
+                try retryOnInterrupt("chmod") { chmod(Sys.procPath(fd), mode & 0o7777 | inherited) }
                 try own(temp, in: dir, fd: nil, caller: caller, mode: S_IFDIR)
                 try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {

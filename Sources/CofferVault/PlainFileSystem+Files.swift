@@ -244,7 +244,7 @@ extension PlainFileSystem {
     /// access(2) on the backing inode, as the daemon's user.
     public func access(_ id: UInt64, mask: Int32) throws {
         try withKeys { _ in
-            try retryOnInterrupt("access") { Glibc.access(nodes.node(id).procPath, mask) }
+            _ = try retryOnInterrupt("access") { Glibc.access(nodes.node(id).procPath, mask) }
         }
     }
 }

@@ -181,11 +181,7 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Seconds since the last operation that needed the keys.
     public var idleSeconds: Int64 { Self.monotonicSeconds() - lastActivity.load(ordering: .relaxed) }
 
-    static func monotonicSeconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Int64(ts.tv_sec)
-    }
+    static func monotonicSeconds() -> Int64 { Int64(Sys.monotonicNow()) }
 
     // MARK: Attributes
 

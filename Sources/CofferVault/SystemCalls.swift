@@ -40,6 +40,18 @@ public enum Sys {
         try retryOnInterrupt("openat") { Glibc.openat(dir, name, flags | O_CLOEXEC, mode) }
     }
 
+    /// "/proc/self/fd/N": a path that names what descriptor `fd` names, for calls that
+    /// take a path but no descriptor (chmod, the xattr calls, readlink of the path).
+    public static func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
+
+    /// clock_gettime(CLOCK_MONOTONIC), in seconds: a clock that never jumps, for
+    /// delays, deadlines and idle time.
+    public static func monotonicNow() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
     /// close(2); errors are ignored because the descriptor is gone either way.
     public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
 
@@ -219,10 +231,3 @@ public enum Sys {
         try readDirectory(dir).map(\.name)
     }
 }
-
-// Linux flags that Swift's Glibc module does not export (they sit behind _GNU_SOURCE).
-// Values from <bits/fcntl-linux.h> and <linux/fcntl.h>; identical on every Linux ABI Swift targets.
-/// open(2): a descriptor that only names a file (no read or write access).
-public let O_PATH: Int32 = 0o10000000
-/// *at(2): operate on the descriptor itself when the path is empty.
-public let AT_EMPTY_PATH: Int32 = 0x1000

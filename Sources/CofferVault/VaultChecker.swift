@@ -94,7 +94,7 @@ public final class VaultChecker {
 
     private func checkDirectory(_ dir: Int32, path: String) {
         summary.directories += 1
-        checkXattrs("/proc/self/fd/\(dir)", path: path)
+        checkXattrs(Sys.procPath(dir), path: path)
         let iv: [UInt8]
         do {
             iv = try DirectoryIV.read(in: dir)
@@ -165,7 +165,7 @@ public final class VaultChecker {
             return problem(path, "cannot open: \(error)")
         }
         defer { Sys.close(fd) }
-        checkXattrs("/proc/self/fd/\(fd)", path: path)
+        checkXattrs(Sys.procPath(fd), path: path)
         let file = ContentFile(fd: fd, cipher: keys.content)
         // Blocks a crash tore that the undo journal puts back are leftovers, not damage.
         var torn: Set<UInt64> = []

@@ -31,7 +31,7 @@ extension Vault {
         let fd = try Sys.openRegular(name, in: rootFD)
         let size = Int(try Sys.stat(fd).st_size)
         Sys.close(fd)
-        try retryOnInterrupt("chmod") { chmod("/proc/self/fd/\(rootFD)/\(name)", 0o600) }
+        try retryOnInterrupt("chmod") { chmod(Sys.procPath(rootFD) + "/" + name, 0o600) }
         let writable = try Sys.openRegular(name, in: rootFD, flags: O_WRONLY)
         defer { Sys.close(writable) }
         for _ in 0..<2 {

@@ -1,15 +1,13 @@
 // DaemonLauncher starts `coffer mount --foreground` as a detached child (new session,
 // stdio on /dev/null) with a pipe for the passphrase and a pipe for its status, so no
 // secret ever appears in argv or the environment.
+import CLinux
 import CofferCrypto
 import CofferVault
 import Foundation
 import Glibc
 
 struct DaemonLauncher {
-    /// glibc's POSIX_SPAWN_SETSID (<spawn.h>, a GNU extension Swift does not import).
-    private static let POSIX_SPAWN_SETSID: Int16 = 0x80
-
     let pid: pid_t
     private let secretFD: Int32
     private let statusFD: Int32
@@ -76,7 +74,7 @@ struct DaemonLauncher {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        if newSession { posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID) }
+        if newSession { posix_spawnattr_setflags(&attributes, clinux_POSIX_SPAWN_SETSID) }
 
         var argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
@@ -112,7 +110,7 @@ struct DaemonLauncher {
             // No status: the daemon is gone, or going. Wait for it a little, never forever.
             var status: Int32 = 0
             for _ in 0..<50 where waitpid(pid, &status, WNOHANG) == 0 { usleep(100_000) }
-            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(status >> 8))")
+            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(clinux_exit_status(status)))")
         }
         if code != 0 {
             var status: Int32 = 0

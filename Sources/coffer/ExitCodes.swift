@@ -1,5 +1,5 @@
 // ExitCodes lists every exit status of the coffer command, in one place.
-// The README's table is generated from the same list; keep them in step.
+// The README's table of exit statuses is written by hand; keep it in step with this list.
 import ArgumentParser
 
 public enum ExitStatus: Int32, CaseIterable {
@@ -70,46 +70,6 @@ public enum ExitStatus: Int32, CaseIterable {
     case logFileRefused = 42
     /// The --extpass command could not be started, failed, or was killed.
     case extpassFailed = 43
-
-    /// One line for the README table.
-    var meaning: String {
-        switch self {
-        case .ok: return "success"
-        case .failure: return "unexpected system error (the message names the call)"
-        case .usage: return "command-line usage error"
-        case .notADirectory: return "a directory argument is missing or not a directory"
-        case .notEmpty: return "init: CIPHERDIR is not empty"
-        case .notAVault: return "CIPHERDIR is not a coffer vault (no coffer.conf)"
-        case .configDamaged: return "coffer.conf is malformed or was modified"
-        case .unsupported: return "coffer.conf needs a newer coffer (format or parameter unknown)"
-        case .kdfRefused: return "coffer.conf's KDF parameters are below the floor or absurdly high"
-        case .cipherUnavailable: return "the vault uses AES-256-GCM and this CPU lacks AES-NI or PCLMUL"
-        case .emptyPassphrase: return "empty passphrase"
-        case .passphraseMismatch: return "the two passphrases differ"
-        case .wrongPassphrase: return "wrong passphrase"
-        case .wrongRecoveryKey: return "wrong or malformed recovery key"
-        case .passphraseUnreadable: return "the passphrase could not be read"
-        case .recoveryKeyUnwritable: return "the recovery key file could not be written"
-        case .mountpointMissing: return "MOUNTPOINT does not exist"
-        case .mountpointNotDirectory: return "MOUNTPOINT is not a directory"
-        case .mountpointNotEmpty: return "MOUNTPOINT is not empty"
-        case .mountpointBusy: return "MOUNTPOINT is already a mount point"
-        case .fuseUnavailable: return "/dev/fuse is unavailable"
-        case .mountFailed: return "the kernel refused the mount"
-        case .notMounted: return "unmount: MOUNTPOINT is not a coffer mount"
-        case .unmountBusy: return "unmount: the mount is busy"
-        case .daemonDied: return "the daemon ended before the mount was live"
-        case .socketUnavailable: return "the control socket cannot be created or reached (no daemon for MOUNTPOINT?)"
-        case .retryLater: return "unlock: too many wrong secrets; try again after the delay given"
-        case .vaultWiped: return "unlock: the vault was wiped"
-        case .requestRefused: return "the daemon refused the request (not the mount's owner?)"
-        case .alreadyMounted: return "mount: CIPHERDIR is already mounted by another coffer daemon"
-        case .damageFound: return "fsck: damage found (each problem is listed)"
-        case .notConfirmed: return "wipe: not confirmed"
-        case .logFileRefused: return "mount: the log file is a symlink, not a regular file, or in a directory others can write"
-        case .extpassFailed: return "the --extpass command could not be started, failed, or was killed"
-        }
-    }
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

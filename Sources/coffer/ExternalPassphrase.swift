@@ -1,5 +1,6 @@
 // ExternalPassphrase runs the command of --extpass (no shell) and reads the passphrase
 // from the first line of its standard output, as gocryptfs's -extpass does.
+import CLinux
 import CofferCrypto
 import CofferVault
 import Glibc
@@ -50,7 +51,7 @@ enum ExternalPassphrase {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         // The command's own verdict first: a failing command's partial output is no secret.
-        let signal = status & 0x7f, code = (status >> 8) & 0xff
+        let signal = clinux_term_signal(status), code = clinux_exit_status(status)
         guard signal == 0, code == 0 else {
             if case .success(let secret?) = line { secret.wipe() }
             throw CommandFailure(status: .extpassFailed,

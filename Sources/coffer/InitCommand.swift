@@ -93,12 +93,6 @@ struct InitCommand: ParsableCommand {
     }
 }
 
-/// Writes a secret followed by a newline straight from secure memory.
-func writeSecretLine(_ secret: SecureBytes, to fd: Int32) throws {
-    try secret.withUnsafeBytes { try Sys.send(fd, $0) }
-    try [UInt8(ascii: "\n")].withUnsafeBytes { try Sys.send(fd, $0) }
-}
-
 extension ContentAlgorithm: ExpressibleByArgument {
     public init?(argument: String) { self.init(rawValue: argument) }
     public static var allValueStrings: [String] { allCases.map(\.rawValue) }

@@ -64,4 +64,32 @@ final class KeyDerivationTests: XCTestCase {
         XCTAssertThrowsError(try RecoveryKey.parse(secret(String(repeating: "z", count: 64))))
         XCTAssertThrowsError(try RecoveryKey.parse(secret(String(repeating: "a", count: 66))))
     }
+
+    /// The forms a user may type, pinned: any case, '-', space, tab, CR and LF anywhere
+    /// (even between the two digits of a byte), exactly 64 hex digits, nothing else.
+    func testRecoveryKeyAcceptsExactlyTheDocumentedForms() throws {
+        let key = SecureBytes(count: 32)
+        key.withUnsafeMutableBytes { for i in 0..<32 { $0[i] = UInt8(i * 8 + 7) } }
+        let formatted = RecoveryKey.format(key).withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+        XCTAssertEqual(formatted, "070f-171f-272f-373f-474f-575f-676f-777f-878f-979f-a7af-b7bf-c7cf-d7df-e7ef-f7ff")
+        let digits = formatted.filter { $0 != "-" }
+        let accepted = [
+            digits, digits.uppercased(), formatted + "\n", formatted + "\r\n", " \t" + formatted,
+            digits.map { "\($0)-" }.joined(),                 // a separator after every digit
+            String(digits.prefix(3)) + " \n" + String(digits.dropFirst(3)),
+        ]
+        for text in accepted {
+            XCTAssertTrue(try RecoveryKey.parse(secret(text)).constantTimeEquals(key), text)
+        }
+        let refused = [
+            "", String(digits.dropLast()), digits + "0", digits + "00", String(digits.dropLast()) + "g",
+            digits + ".", "_" + digits, digits + "\u{0}", String(digits.prefix(10)) + "\u{0}" + String(digits.dropFirst(10)),
+            "0x" + digits, String(repeating: "-", count: 79),
+        ]
+        for text in refused {
+            XCTAssertThrowsError(try RecoveryKey.parse(secret(text)), text.debugDescription) {
+                guard case CryptoError.malformed = $0 else { return XCTFail("\($0)") }
+            }
+        }
+    }
 }

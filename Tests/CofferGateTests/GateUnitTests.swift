@@ -64,4 +64,26 @@ final class GateUnitTests: XCTestCase {
             guard case Frames.ReadError.tooLarge = $0 else { return XCTFail("\($0)") }
         }
     }
+
+    func testUnixSocketAddressesForPathsAndAbstractNames() throws {
+        let path = NSTemporaryDirectory() + "coffer-addr-\(getpid())"
+        let abstract = "@coffer-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        defer { unlink(path) }
+        for (name, allowed) in [(path, false), (abstract, true)] {
+            let receiver = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            defer { close(receiver) }
+            let address = try UnixSocketAddress(name, abstract: allowed)
+            XCTAssertEqual(address.withSockaddr { bind(receiver, $0, $1) }, 0, name)
+            let sender = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            defer { close(sender) }
+            let message = Array("READY=1".utf8)
+            XCTAssertEqual(address.withSockaddr { sendto(sender, message, message.count, 0, $0, $1) }, message.count, name)
+            var buffer = [UInt8](repeating: 0, count: 64)
+            XCTAssertEqual(recv(receiver, &buffer, buffer.count, Int32(MSG_DONTWAIT)), message.count, name)
+            XCTAssertEqual(Array(buffer.prefix(message.count)), message)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: abstract), "an abstract name makes no file")
+        XCTAssertThrowsError(try UnixSocketAddress("/" + String(repeating: "x", count: 107)), "no room for the NUL")
+        XCTAssertNoThrow(try UnixSocketAddress("/" + String(repeating: "x", count: 106)))
+    }
 }

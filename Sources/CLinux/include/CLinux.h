@@ -1,0 +1,74 @@
+// CLinux gives Swift the Linux calls and constants that glibc declares only under
+// _GNU_SOURCE, which Swift's Glibc module is built without (renameat2, fallocate,
+// syncfs, pipe2, malloc_trim, O_PATH, RENAME_*, struct ucred…), and the xattr calls,
+// which it leaves out. CLinux.c is compiled with _GNU_SOURCE against the real headers,
+// so every prototype and value below is checked by the C compiler, not copied by hand.
+// It also gives the wait-status macros (WEXITSTATUS, WTERMSIG) as functions: Swift
+// imports no function-like macro.
+//
+// This header itself must not define _GNU_SOURCE: a glibc header seen with it defines
+// some structures differently (fd_set) from the same header in Swift's Glibc module,
+// and Clang refuses the two definitions. Hence functions and constants with a
+// `clinux_` prefix, defined in CLinux.c, instead of the macros themselves.
+// Nothing else belongs here.
+#ifndef COFFER_CLINUX_H
+#define COFFER_CLINUX_H
+
+#include <pthread.h>
+#include <spawn.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+// MARK: Constants, each the glibc macro of the same name without the prefix.
+
+/// open(2): a descriptor that only names a file (no read or write access).
+extern const int clinux_O_PATH;
+/// *at(2): operate on the descriptor itself when the path is empty.
+extern const int clinux_AT_EMPTY_PATH;
+/// renameat2(2) flags.
+extern const unsigned int clinux_RENAME_NOREPLACE;
+extern const unsigned int clinux_RENAME_EXCHANGE;
+/// fallocate(2): reserve blocks without changing the file's size.
+extern const int clinux_FALLOC_FL_KEEP_SIZE;
+/// utimensat(2): special tv_nsec values.
+extern const long clinux_UTIME_NOW;
+extern const long clinux_UTIME_OMIT;
+/// setxattr(2) flags.
+extern const int clinux_XATTR_CREATE;
+extern const int clinux_XATTR_REPLACE;
+/// posix_spawnattr_setflags: the child starts a new session (setsid).
+extern const short clinux_POSIX_SPAWN_SETSID;
+
+// MARK: Calls; each returns what the call of the same name returns and sets errno.
+
+int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
+int clinux_syncfs(int fd);
+/// pipe2(2): fds[0] is the read end, fds[1] the write end.
+int clinux_pipe2(int fds[2], int flags);
+int clinux_malloc_trim(size_t pad);
+
+int clinux_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t clinux_listxattr(const char *path, char *list, size_t size);
+int clinux_removexattr(const char *path, const char *name);
+
+/// prctl(PR_SET_DUMPABLE, dumpable): prctl is variadic, which Swift cannot call.
+int clinux_set_dumpable(int dumpable);
+
+/// getsockopt(SO_PEERCRED): the process, user and group of a Unix socket's peer.
+int clinux_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
+/// pthread_rwlockattr_setkind_np(PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP): a
+/// waiting writer goes before readers that arrive after it.
+int clinux_rwlockattr_prefer_writers(pthread_rwlockattr_t *attributes);
+
+/// WEXITSTATUS and WTERMSIG of a status from waitpid(2).
+int clinux_exit_status(int status);
+int clinux_term_signal(int status);
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34): the child closes every
+/// descriptor from `lowest` up.
+int clinux_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, int lowest);
+
+#endif

@@ -1,0 +1,116 @@
+// Tests of the control server on a temp socket, without a mount: status, unlock and
+// lock through the real client, the socket's mode, malformed, unknown and oversized
+// requests, a second server on a live socket, and stop.
+import CofferCrypto
+@testable import CofferGate
+import CofferVault
+import Foundation
+import Glibc
+import XCTest
+
+final class ControlServerTests: XCTestCase {
+    var fixture: GateFixture!
+    var server: ControlServer!
+    var socketPath: String { fixture.path + ".sock" }
+
+    override func setUpWithError() throws {
+        // As in the daemon (MountCommand): a peer that hangs up must not kill the process.
+        signal(SIGPIPE, SIG_IGN)
+        fixture = try GateFixture()
+        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        try server.start()
+    }
+
+    override func tearDown() {
+        server.stop()
+        unlink(socketPath)
+        server = nil
+        fixture = nil
+    }
+
+    func send(_ op: ControlRequest.Operation, secret text: String? = nil) throws -> ControlResponse {
+        let secret = text.map(GateFixture.secret)
+        let request = ControlRequest(op: op, secret: secret == nil ? nil : .passphrase, secretLength: secret?.count)
+        return try ControlClient.send(request, secret: secret, to: socketPath, timeout: 30)
+    }
+
+    /// Sends raw bytes on a new connection, closes its sending side, reads one answer frame.
+    func sendRaw(_ bytes: [UInt8]) throws -> ControlResponse {
+        let fd = try UnixSocket.connect(to: socketPath)
+        defer { close(fd) }
+        XCTAssertTrue(Frames.write(fd, bytes))
+        shutdown(fd, Int32(SHUT_WR))  // nothing more comes: a short request ends here
+        let body = try Frames.readFrame(fd, by: Deadline(seconds: 10))
+        return try JSONDecoder().decode(ControlResponse.self, from: Data(body))
+    }
+
+    func frame(_ json: String) -> [UInt8] {
+        let body = Array(json.utf8)
+        return withUnsafeBytes(of: UInt32(body.count).bigEndian, Array.init) + body
+    }
+
+    func testStatusUnlockLockOverTheSocket() throws {
+        var st = stat()
+        XCTAssertEqual(lstat(socketPath, &st), 0)
+        XCTAssertEqual(st.st_mode & S_IFMT, S_IFSOCK)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600, "owner-only socket")
+
+        let status = try send(.status)
+        XCTAssertTrue(status.ok)
+        XCTAssertEqual(status.status?.state, "locked")
+        XCTAssertEqual(status.status?.mountpoint, "/mnt/test")
+        XCTAssertEqual(status.status?.pid, getpid())
+
+        let wrong = try send(.unlock, secret: "nope")
+        XCTAssertEqual(wrong.error, ControlError.wrongPassphrase)
+        XCTAssertFalse(fixture.fs.isUnlocked)
+        Thread.sleep(forTimeInterval: 1.1)
+        let unlocked = try send(.unlock, secret: fixture.passphrase)
+        XCTAssertTrue(unlocked.ok, "\(unlocked)")
+        XCTAssertEqual(unlocked.status?.state, "unlocked")
+        XCTAssertTrue(fixture.fs.isUnlocked)
+        XCTAssertFalse(String(describing: unlocked).contains(fixture.passphrase), "the secret is never echoed")
+
+        let locked = try send(.lock)
+        XCTAssertTrue(locked.ok)
+        XCTAssertEqual(locked.status?.state, "locked")
+        XCTAssertFalse(fixture.fs.isUnlocked)
+    }
+
+    func testBadRequestsGetAnErrorAndTheServerGoesOn() throws {
+        XCTAssertEqual(try sendRaw(frame("not json")).error, ControlError.malformed)
+        XCTAssertEqual(try sendRaw(frame(#"{"version": 99, "op": "status"}"#)).error, ControlError.unsupportedVersion)
+        XCTAssertEqual(try sendRaw(frame(#"{"version": 1, "op": "format-disk"}"#)).error, ControlError.unknownOperation)
+        XCTAssertEqual(try sendRaw(frame(#"{"version": 1, "op": "unlock"}"#)).error, ControlError.malformed,
+                       "an unlock without a secret length")
+        XCTAssertEqual(try sendRaw([0x7f, 0xff, 0xff, 0xff]).error, ControlError.tooLarge)
+        let truncated = try sendRaw(frame(#"{"version": 1, "op": "unlock", "secret": "passphrase", "secretLength": 50}"#) + [1, 2])
+        XCTAssertEqual(truncated.error, ControlError.timeout, "a secret shorter than announced")
+        XCTAssertFalse(fixture.fs.isUnlocked)
+        XCTAssertEqual(fixture.derivations.value, 0, "no malformed request reached the key derivation")
+        XCTAssertTrue(try send(.status).ok, "still serving")
+    }
+
+    func testASecondServerOnALiveSocketIsRefusedAndStopRemovesIt() throws {
+        let second = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        XCTAssertThrowsError(try second.start()) {
+            guard case ControlServer.StartError.inUse = $0 else { return XCTFail("\($0)") }
+        }
+        XCTAssertTrue(try send(.status).ok, "the first server still answers")
+        server.stop()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: socketPath), "stop removes the socket")
+        XCTAssertThrowsError(try send(.status)) {
+            guard case ControlClient.Failure.noDaemon = $0 else { return XCTFail("\($0)") }
+        }
+    }
+
+    func testAStaleSocketIsReplaced() throws {
+        server.stop()
+        // A socket file whose daemon is gone: bound, then its listener closed.
+        let stale = try UnixSocket.listen(at: socketPath)
+        close(stale)
+        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        XCTAssertNoThrow(try server.start())
+        XCTAssertTrue(try send(.status).ok)
+    }
+}

@@ -1,0 +1,259 @@
+// Tests of the plaintext file system driven directly, without FUSE, on a vault in a
+// temp dir: lookup and forget counts, readdir offsets, renames with long-name
+// sidecars, the modes of new entries, and descriptors after failed opens.
+import CofferCrypto
+@testable import CofferVault
+import Foundation
+import Glibc
+import XCTest
+
+final class PlainFileSystemTests: XCTestCase {
+    var dir: TempDirectory!
+    var fs: PlainFileSystem!
+    var savedUmask: mode_t = 0
+    let root = NodeTable.rootID
+    let me = PlainFileSystem.Caller(uid: geteuid(), gid: getegid())
+
+    override func setUpWithError() throws {
+        dir = TempDirectory()
+        // The daemon runs with umask 0: each new entry gets exactly the mode asked for.
+        savedUmask = umask(0)
+        let (vault, recovery) = try Vault.create(at: dir.path, passphrase: secret("p"), kdf: .floor)
+        fs = try PlainFileSystem(vault: vault)
+        fs.unlock(try vault.unlock(recoveryKey: recovery))
+    }
+
+    override func tearDown() {
+        fs = nil
+        dir = nil
+        umask(savedUmask)
+    }
+
+    func name(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    /// Creates a file and closes the handle; the kernel would then hold one lookup.
+    @discardableResult
+    func makeFile(_ text: String, in parent: UInt64? = nil, contents: [UInt8] = [], mode: mode_t = 0o644) throws -> UInt64 {
+        let (entry, handle) = try fs.create(parent: parent ?? root, name: name(text), mode: mode, flags: O_RDWR, caller: me)
+        if !contents.isEmpty {
+            XCTAssertEqual(try contents.withUnsafeBytes { try fs.write(handle, $0, at: 0, caller: me) }, contents.count)
+        }
+        fs.release(handle)
+        return entry.node
+    }
+
+    func contents(of node: UInt64) throws -> [UInt8] {
+        let handle = try fs.open(node, flags: O_RDONLY, caller: me)
+        defer { fs.release(handle) }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        let n = try buffer.withUnsafeMutableBytes { try fs.read(handle, into: $0, at: 0) }
+        return Array(buffer.prefix(n))
+    }
+
+    func listing(_ node: UInt64) throws -> [String] {
+        let handle = try fs.opendir(node)
+        defer { fs.releasedir(handle) }
+        return try fs.readdir(handle, from: 0).map { String(decoding: $0.name, as: UTF8.self) }
+    }
+
+    /// Backing entries below the vault whose name starts with `prefix`.
+    func backing(prefix: String) -> [String] {
+        dir.allFiles().map { ($0 as NSString).lastPathComponent }.filter { $0.hasPrefix(prefix) }.sorted()
+    }
+
+    func assertErrno(_ code: Int32, _ body: @autoclosure () throws -> Any, _ message: String = "",
+                     file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertThrowsError(try body(), message, file: file, line: line) {
+            XCTAssertEqual(($0 as? Errno)?.code, code, "\($0) \(message)", file: file, line: line)
+        }
+    }
+
+    // MARK: Lookup and forget
+
+    func testLookupsAreCountedAndForgetFreesTheNodeAtZero() throws {
+        let created = try makeFile("a")
+        XCTAssertEqual(fs.nodeCount, 1)
+        let first = try fs.lookup(parent: root, name: name("a"))
+        let second = try fs.lookup(parent: root, name: name("a"))
+        XCTAssertEqual(first.node, created, "one backing inode, one node")
+        XCTAssertEqual(second.node, created)
+        XCTAssertEqual(fs.nodeCount, 1)
+        XCTAssertEqual(fs.nodes.node(created).lookups, 3, "create and two lookups")
+
+        fs.forget(created, count: 2)
+        XCTAssertEqual(fs.nodeCount, 1, "one lookup is left")
+        XCTAssertTrue(fs.knownNodes().contains(created))
+        fs.forget(created, count: 1)
+        XCTAssertEqual(fs.nodeCount, 0, "the last forget frees the node")
+        XCTAssertFalse(fs.knownNodes().contains(created))
+        XCTAssertEqual(fs.knownNodes(), [root], "only the root stays known")
+
+        fs.forget(root, count: 5)
+        XCTAssertEqual(try fs.getattr(root).st_mode & S_IFMT, S_IFDIR, "forgetting the root is ignored")
+
+        assertErrno(ENOENT, try fs.lookup(parent: root, name: name("missing")))
+        XCTAssertEqual(fs.nodeCount, 0, "a failed lookup adds no node")
+        let again = try fs.lookup(parent: root, name: name("a"))
+        XCTAssertEqual(fs.nodeCount, 1)
+        XCTAssertEqual(fs.nodes.node(again.node).lookups, 1)
+    }
+
+    func testAFailedCreateAddsNoLookup() throws {
+        let node = try makeFile("a")
+        assertErrno(EEXIST, try fs.create(parent: root, name: name("a"), mode: 0o644, flags: O_RDWR | O_EXCL, caller: me))
+        XCTAssertEqual(fs.nodes.node(node).lookups, 1)
+        XCTAssertEqual(fs.nodeCount, 1)
+    }
+
+    // MARK: Readdir
+
+    func testReaddirOffsetsContinueOneListing() throws {
+        let names = (0..<6).map { "file-\($0)" }
+        for text in names { try makeFile(text) }
+        let handle = try fs.opendir(root)
+        defer { fs.releasedir(handle) }
+        let all = Array(try fs.readdir(handle, from: 0))
+        XCTAssertEqual(all.map { String(decoding: $0.name, as: UTF8.self) }.sorted(), ([".", ".."] + names).sorted(),
+                       "the plaintext names, and none of the vault's own files")
+        XCTAssertEqual(Array(all.prefix(2)).map(\.isDotOrDotDot), [true, true])
+
+        // A name made after the listing is not in it until offset 0 reads it again.
+        try makeFile("late")
+        for offset in 1...all.count {
+            XCTAssertEqual(try fs.readdir(handle, from: offset).map(\.name), all.dropFirst(offset).map(\.name),
+                           "offset \(offset)")
+        }
+        XCTAssertTrue(try fs.readdir(handle, from: all.count + 3).isEmpty)
+        let reread = try fs.readdir(handle, from: 0)
+        XCTAssertEqual(reread.count, all.count + 1)
+        XCTAssertTrue(reread.contains { $0.name == name("late") })
+    }
+
+    func testReaddirPlusEntersWithoutAnotherLookup() throws {
+        try makeFile("x", contents: [1, 2, 3])
+        let handle = try fs.opendir(root)
+        defer { fs.releasedir(handle) }
+        let listed = try XCTUnwrap(try fs.readdir(handle, from: 0).first { $0.name == name("x") })
+        let entry = try fs.lookupListed(handle, listed)
+        XCTAssertEqual(entry.attributes.st_size, 3, "plaintext size")
+        XCTAssertEqual(fs.nodes.node(entry.node).lookups, 2, "create and readdirplus")
+    }
+
+    // MARK: Rename and long names
+
+    func testRenameBetweenLongAndShortNamesKeepsSidecarsInStep() throws {
+        let long = String(repeating: "L", count: 200)
+        let longer = String(repeating: "M", count: 255)
+        try makeFile(long, contents: Array("long".utf8))
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix).count, 2, "a long name has its entry and its sidecar")
+
+        try fs.rename(parent: root, name: name(long), newParent: root, newName: name("short"), flags: 0)
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix), [], "renamed to a short name: the sidecar is gone")
+        assertErrno(ENOENT, try fs.lookup(parent: root, name: name(long)))
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name("short")).node), Array("long".utf8))
+
+        let sub = try fs.mkdir(parent: root, name: name("sub"), mode: 0o755, caller: me).node
+        try fs.rename(parent: root, name: name("short"), newParent: sub, newName: name(longer), flags: 0)
+        let inSub = backing(prefix: NameTransform.longNamePrefix)
+        XCTAssertEqual(inSub.count, 2)
+        XCTAssertEqual(inSub.filter { $0.hasSuffix(NameTransform.sidecarSuffix) }.count, 1)
+        XCTAssertEqual(try listing(sub).sorted(), [".", "..", longer])
+
+        // Over an existing long name: one entry and one sidecar remain.
+        try makeFile(long, in: sub, contents: Array("other".utf8))
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix).count, 4)
+        try fs.rename(parent: sub, name: name(long), newParent: sub, newName: name(longer), flags: 0)
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix).count, 2, "the replaced name's sidecar went with it")
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: sub, name: name(longer)).node), Array("other".utf8))
+        XCTAssertEqual(try listing(sub).sorted(), [".", "..", longer])
+    }
+
+    func testRenameFlags() throws {
+        let long = String(repeating: "x", count: 230)
+        try makeFile("a", contents: [1])
+        try makeFile(long, contents: [2])
+        assertErrno(EEXIST, try fs.rename(parent: root, name: name("a"), newParent: root, newName: name(long),
+                                          flags: RENAME_NOREPLACE))
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name(long)).node), [2], "nothing replaced")
+
+        try fs.rename(parent: root, name: name("a"), newParent: root, newName: name(long), flags: RENAME_EXCHANGE)
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name(long)).node), [1])
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name("a")).node), [2])
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix).count, 2, "both names exist after an exchange")
+        assertErrno(ENOENT, try fs.rename(parent: root, name: name("none"), newParent: root, newName: name("b"), flags: 0))
+    }
+
+    func testUnlinkOfALongNameRemovesItsSidecar() throws {
+        let long = String(repeating: "é", count: 120)  // 240 bytes
+        try makeFile(long)
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix).count, 2)
+        try fs.unlink(parent: root, name: name(long))
+        XCTAssertEqual(backing(prefix: NameTransform.longNamePrefix), [])
+        XCTAssertThrowsError(try fs.lookup(parent: root, name: Array(repeating: 0x61, count: 256))) {
+            XCTAssertEqual($0 as? VaultError, .nameTooLong)
+        }
+        XCTAssertNoThrow(try makeFile(String(repeating: "a", count: 255)), "255 bytes is the longest name")
+    }
+
+    // MARK: Modes
+
+    func testNewEntriesGetTheModeTheyWereMadeWith() throws {
+        for mode: mode_t in [0o640, 0o600, 0o666, 0o4755, 0o2750, 0o000] {
+            let (entry, handle) = try fs.create(parent: root, name: name("f\(mode)"), mode: S_IFREG | mode, flags: O_RDWR, caller: me)
+            fs.release(handle)
+            XCTAssertEqual(entry.attributes.st_mode, S_IFREG | mode, String(mode, radix: 8))
+            XCTAssertEqual(try fs.getattr(entry.node).st_mode, S_IFREG | mode, String(mode, radix: 8))
+        }
+        for mode: mode_t in [0o755, 0o700, 0o1777, 0o750] {
+            let entry = try fs.mkdir(parent: root, name: name("d\(mode)"), mode: mode, caller: me)
+            XCTAssertEqual(try fs.getattr(entry.node).st_mode, S_IFDIR | mode, String(mode, radix: 8))
+        }
+        let fifo = try fs.mknod(parent: root, name: name("fifo"), mode: S_IFIFO | 0o620, device: 0, caller: me)
+        XCTAssertEqual(try fs.getattr(fifo.node).st_mode, S_IFIFO | 0o620)
+    }
+
+    // MARK: Descriptors
+
+    func openDescriptors() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1 }
+
+    func testFailedOpensLeaveNoDescriptorBehind() throws {
+        let file = try makeFile("f", contents: Array(repeating: 7, count: 5000))
+        let sub = try fs.mkdir(parent: root, name: name("d"), mode: 0o755, caller: me).node
+        // A length no write leaves: cut inside the second block's nonce.
+        let backingFile = try XCTUnwrap(dir.allFiles().first { path in
+            var st = stat()
+            return lstat(path, &st) == 0 && UInt64(st.st_ino) == fs.nodes.node(file).ino
+        })
+        var st = stat()
+        stat(backingFile, &st)
+        XCTAssertEqual(truncate(backingFile, off_t(BlockLayout.headerSize + BlockLayout.cipherBlockSize + 5)), 0)
+
+        let before = openDescriptors()
+        for _ in 0..<20 {
+            XCTAssertThrowsError(try fs.open(file, flags: O_RDONLY, caller: me), "damaged length")
+            XCTAssertThrowsError(try fs.open(file, flags: O_RDWR, caller: me), "damaged length")
+            assertErrno(EISDIR, try fs.open(sub, flags: O_RDWR, caller: me))
+            assertErrno(EEXIST, try fs.create(parent: root, name: name("f"), mode: 0o644, flags: O_RDWR | O_EXCL, caller: me))
+            assertErrno(ENOENT, try fs.lookup(parent: sub, name: name("nothing")))
+        }
+        XCTAssertEqual(openDescriptors(), before, "every failed open closed what it opened")
+
+        fs.lock()
+        assertErrno(EACCES, try fs.open(file, flags: O_RDONLY, caller: me))
+        assertErrno(EACCES, try fs.create(parent: root, name: name("g"), mode: 0o644, flags: O_RDWR, caller: me))
+        XCTAssertEqual(openDescriptors(), before)
+    }
+
+    // MARK: The key gate
+
+    func testLockedViewAnswersOnlyTheRoot() throws {
+        let file = try makeFile("f", contents: [1, 2])
+        fs.lock()
+        XCTAssertFalse(fs.isUnlocked)
+        XCTAssertNoThrow(try fs.getattr(root))
+        XCTAssertNoThrow(try fs.statfs())
+        assertErrno(EACCES, try fs.getattr(file))
+        assertErrno(EACCES, try fs.lookup(parent: root, name: name("f")))
+        assertErrno(EACCES, try fs.opendir(root))
+    }
+}
