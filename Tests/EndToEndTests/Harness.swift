@@ -113,3 +113,17 @@ class EndToEndCase: XCTestCase {
         return (dir, outcome)
     }
 }
+
+extension Harness {
+    /// Inverts every bit of the byte at `offset` of `file`: a change whatever the byte
+    /// was (writing a fixed value leaves one byte in 256 as it was).
+    @discardableResult
+    static func flipByte(of file: String, at offset: Int) -> Outcome {
+        run(["python3", "-c", """
+            import sys
+            path, at = sys.argv[1], int(sys.argv[2])
+            with open(path, "r+b") as f:
+                f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0xff]))
+            """, file, String(offset)])
+    }
+}

@@ -26,7 +26,7 @@ final class MountDamageTests: EndToEndCase {
         vault.unmount()
         let file = backingFile(vault)
         // Flip one byte inside block 2 (plaintext 8192…12287).
-        assertOK(Harness.sh("printf '\\xff' | dd of='\(file)' bs=1 seek=$((18 + 2*4136 + 100)) conv=notrunc status=none"), "tamper")
+        assertOK(Harness.flipByte(of: file, at: 18 + 2 * 4136 + 100), "tamper")
         vault.mount()
         let bad = vault.sh("dd if=data bs=4096 skip=2 count=1 status=none")
         XCTAssertNotEqual(bad.status, 0)
