@@ -4,6 +4,7 @@
 import CFuse
 import CofferVault
 import Glibc
+import Logging
 
 enum FuseOperations {
     // MARK: The table
@@ -363,7 +364,7 @@ private func replyError(_ req: fuse_req_t?, _ error: Error, operation: String) {
     let code = ErrnoMapping.code(for: error)
     if !ErrnoMapping.isExpected(error) {
         let name = operation.prefix { $0 != "(" }
-        fs(req).log("\(name): unexpected error, answered errno \(code): \(error)")
+        fs(req).logger.error("\(name): unexpected error, answered errno \(code): \(error)")
     }
     fuse_reply_err(req, code)
 }
