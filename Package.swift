@@ -3,6 +3,9 @@
 // product brief; each is testable without the ones above it.
 import PackageDescription
 
+/// swift-log: the libraries log through a `Logger`; the executable installs the handler.
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+
 let package = Package(
     name: "coffer",
     products: [
@@ -10,6 +13,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
     ],
     targets: [
         // Layer 1: C shims, nothing else.
@@ -22,15 +26,15 @@ let package = Package(
         // Layer 2: the crypto engine — bytes in, bytes out.
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
         // Layer 3: the backing-directory format.
-        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CLinux"]),
+        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CLinux", logging]),
         // Layer 4: the FUSE bridge — kernel requests to vault calls, no crypto.
-        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault"]),
+        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault", logging]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
-        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto", "CLinux"]),
+        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto", "CLinux", logging]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
             "CLinux", "CofferCrypto", "CofferVault", "CofferFUSE", "CofferGate",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
         .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto"]),

@@ -1,238 +1,329 @@
-// FuseOperations is the bridge: each libfuse low-level callback decodes its request,
-// makes one PlainFileSystem call, and sends exactly one reply. No crypto here.
+// FuseOperations is the bridge: each libfuse low-level callback is a named function
+// that decodes its request, makes one PlainFileSystem call, and sends exactly one
+// reply; every error reply goes through `replyError`. No crypto here.
 import CFuse
 import CofferVault
 import Glibc
+import Logging
 
 enum FuseOperations {
     // MARK: The table
 
+    /// The operations libfuse calls: each is a static function below, so that a backtrace
+    /// names the operation. Swift forms a C function pointer only from a global function
+    /// or a literal closure, so each entry is a closure that forwards its arguments.
     static func table() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
-        ops.`init` = { userdata, conn in
-            guard let conn else { return }
-            // Large requests: up to 1 MiB per write (libfuse sets max_pages to match) and
-            // 1 MiB of readahead, so streaming I/O crosses into the daemon rarely.
-            conn.pointee.max_write = 1 << 20
-            conn.pointee.max_readahead = 1 << 20
-            conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
-            if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
-                conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
-                conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
-            }
-        }
-        ops.lookup = { req, parent, name in
-            replying(req) {
-                do {
-                    replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name)))
-                } catch let error as Errno where error.code == ENOENT {
-                    // A negative entry: the kernel may remember that the name is absent
-                    // (every create comes through this mount, which replaces it).
-                    var param = fuse_entry_param()
-                    param.entry_timeout = entryTimeout
-                    fuse_reply_entry(req, &param)
-                }
-            }
-        }
-        ops.forget = { req, ino, count in
-            fs(req).forget(ino, count: count)
-            fuse_reply_none(req)
-        }
-        ops.forget_multi = { req, count, forgets in
-            let fs = fs(req)
-            for i in 0..<count { fs.forget(forgets![i].ino, count: forgets![i].nlookup) }
-            fuse_reply_none(req)
-        }
-        ops.getattr = { req, ino, _ in
-            replying(req) { replyAttr(req, try fs(req).getattr(ino)) }
-        }
-        ops.setattr = { req, ino, attr, toSet, fi in
-            replying(req) {
-                let st = attr!.pointee
-                var changes = AttributeChanges()
-                if toSet & FUSE_SET_ATTR_MODE != 0 { changes.mode = st.st_mode }
-                if toSet & FUSE_SET_ATTR_UID != 0 { changes.uid = st.st_uid }
-                if toSet & FUSE_SET_ATTR_GID != 0 { changes.gid = st.st_gid }
-                if toSet & FUSE_SET_ATTR_SIZE != 0 { changes.size = Int64(st.st_size) }
-                // FATTR_KILL_SUIDGID, which shares this bit; sent once HANDLE_KILLPRIV_V2 is on.
-                if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { changes.dropSetIDFor = caller(req) }
-                if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
-                    changes.accessTime = timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
-                } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
-                    changes.accessTime = st.st_atim
-                }
-                if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
-                    changes.modificationTime = timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
-                } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
-                    changes.modificationTime = st.st_mtim
-                }
-                replyAttr(req, try fs(req).setattr(ino, changes: changes, handle: fi?.pointee.fh))
-            }
-        }
-        ops.readlink = { req, ino in
-            replying(req) {
-                let target = try fs(req).readlink(ino) + [0]
-                target.withUnsafeBufferPointer { p in
-                    p.withMemoryRebound(to: CChar.self) { _ = fuse_reply_readlink(req, $0.baseAddress) }
-                }
-            }
-        }
-        ops.mknod = { req, parent, name, mode, rdev in
-            replying(req) {
-                replyEntry(req, try fs(req).mknod(parent: parent, name: bytes(name), mode: mode, device: rdev, caller: caller(req)))
-            }
-        }
-        ops.mkdir = { req, parent, name, mode in
-            replying(req) { replyEntry(req, try fs(req).mkdir(parent: parent, name: bytes(name), mode: mode, caller: caller(req))) }
-        }
-        ops.unlink = { req, parent, name in
-            replying(req) {
-                try fs(req).unlink(parent: parent, name: bytes(name))
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.rmdir = { req, parent, name in
-            replying(req) {
-                try fs(req).rmdir(parent: parent, name: bytes(name))
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.symlink = { req, target, parent, name in
-            replying(req) {
-                replyEntry(req, try fs(req).symlink(target: bytes(target), parent: parent, name: bytes(name), caller: caller(req)))
-            }
-        }
-        ops.rename = { req, parent, name, newParent, newName, flags in
-            replying(req) {
-                try fs(req).rename(parent: parent, name: bytes(name), newParent: newParent, newName: bytes(newName), flags: flags)
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.link = { req, ino, newParent, newName in
-            replying(req) { replyEntry(req, try fs(req).link(ino, newParent: newParent, newName: bytes(newName))) }
-        }
-        ops.open = { req, ino, fi in
-            replying(req) {
-                fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags, caller: caller(req))
-                // Writes go straight to the backing file: close needs no FLUSH round trip.
-                fi!.pointee.noflush = 1
-                // Every change comes through this mount and keeps the kernel's pages
-                // current, so pages cached by an earlier open are still right (a lock
-                // drops them all).
-                fi!.pointee.keep_cache = 1
-                if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
-            }
-        }
-        ops.create = { req, parent, name, mode, fi in
-            replying(req) {
-                let (entry, handle) = try fs(req).create(parent: parent, name: bytes(name), mode: mode,
-                                                         flags: fi!.pointee.flags, caller: caller(req))
-                fi!.pointee.fh = handle
-                fi!.pointee.noflush = 1
-                var param = entryParam(entry)
-                if fuse_reply_create(req, &param, fi) != 0 {
-                    fs(req).release(handle)
-                    fs(req).forget(entry.node, count: 1)
-                }
-            }
-        }
-        ops.read = { req, _, size, offset, fi in
-            replying(req) {
-                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-                var n = 0
-                // Plaintext must not linger in freed memory after a lock.
-                defer { explicit_bzero(buffer.baseAddress!, n); buffer.deallocate() }
-                n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
-                fuse_reply_buf(req, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), n)
-            }
-        }
-        ops.write = { req, _, data, size, offset, fi in
-            // The plaintext stays in libfuse's request buffer until the next request
-            // overwrites it: zero it once it is sealed.
-            defer { if let data { explicit_bzero(UnsafeMutableRawPointer(mutating: data), size) } }
-            replying(req) {
-                let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
-                                          caller: caller(req))
-                fuse_reply_write(req, n)
-            }
-        }
-        ops.flush = { req, _, _ in
-            // Writes go straight to the backing file; nothing is buffered here.
-            fuse_reply_err(req, 0)
-        }
-        ops.release = { req, _, fi in
-            fs(req).release(fi!.pointee.fh)
-            fuse_reply_err(req, 0)
-        }
-        ops.fsync = { req, _, datasync, fi in
-            replying(req) {
-                try fs(req).fsync(fi!.pointee.fh, dataOnly: datasync != 0)
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.opendir = { req, ino, fi in
-            replying(req) {
-                fi!.pointee.fh = try fs(req).opendir(ino)
-                if fuse_reply_open(req, fi) != 0 { fs(req).releasedir(fi!.pointee.fh) }
-            }
-        }
-        ops.readdir = { req, _, size, offset, fi in
-            readdir(req, size: size, offset: offset, handle: fi!.pointee.fh, plus: false)
-        }
-        ops.readdirplus = { req, _, size, offset, fi in
-            readdir(req, size: size, offset: offset, handle: fi!.pointee.fh, plus: true)
-        }
-        ops.releasedir = { req, _, fi in
-            fs(req).releasedir(fi!.pointee.fh)
-            fuse_reply_err(req, 0)
-        }
-        ops.fsyncdir = { req, _, _, fi in
-            replying(req) {
-                try fs(req).fsyncdir(fi!.pointee.fh)
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.statfs = { req, _ in
-            replying(req) {
-                var st = try fs(req).statfs()
-                fuse_reply_statfs(req, &st)
-            }
-        }
-        ops.access = { req, ino, mask in
-            replying(req) {
-                try fs(req).access(ino, mask: mask)
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.setxattr = { req, ino, name, value, size, flags in
-            replying(req) {
-                let data = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                try fs(req).setxattr(ino, name: bytes(name), value: data, flags: flags)
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.getxattr = { req, ino, name, size in
-            replying(req) { replyXattr(req, size: size, try fs(req).getxattr(ino, name: bytes(name))) }
-        }
-        ops.listxattr = { req, ino, size in
-            replying(req) {
-                let names = try fs(req).listxattr(ino)
-                replyXattr(req, size: size, names.flatMap { $0 + [0] })
-            }
-        }
-        ops.removexattr = { req, ino, name in
-            replying(req) {
-                try fs(req).removexattr(ino, name: bytes(name))
-                fuse_reply_err(req, 0)
-            }
-        }
-        ops.fallocate = { req, _, mode, offset, length, fi in
-            replying(req) {
-                try fs(req).fallocate(fi!.pointee.fh, mode: mode, offset: Int64(offset), length: Int64(length))
-                fuse_reply_err(req, 0)
-            }
-        }
+        ops.`init` = { FuseOperations.initialize($0, $1) }
+        ops.lookup = { FuseOperations.lookup($0, $1, $2) }
+        ops.forget = { FuseOperations.forget($0, $1, $2) }
+        ops.forget_multi = { FuseOperations.forgetMulti($0, $1, $2) }
+        ops.getattr = { FuseOperations.getattr($0, $1, $2) }
+        ops.setattr = { FuseOperations.setattr($0, $1, $2, $3, $4) }
+        ops.readlink = { FuseOperations.readlink($0, $1) }
+        ops.mknod = { FuseOperations.mknod($0, $1, $2, $3, $4) }
+        ops.mkdir = { FuseOperations.mkdir($0, $1, $2, $3) }
+        ops.unlink = { FuseOperations.unlink($0, $1, $2) }
+        ops.rmdir = { FuseOperations.rmdir($0, $1, $2) }
+        ops.symlink = { FuseOperations.symlink($0, $1, $2, $3) }
+        ops.rename = { FuseOperations.rename($0, $1, $2, $3, $4, $5) }
+        ops.link = { FuseOperations.link($0, $1, $2, $3) }
+        ops.open = { FuseOperations.open($0, $1, $2) }
+        ops.create = { FuseOperations.create($0, $1, $2, $3, $4) }
+        ops.read = { FuseOperations.read($0, $1, $2, $3, $4) }
+        ops.write = { FuseOperations.write($0, $1, $2, $3, $4, $5) }
+        ops.flush = { FuseOperations.flush($0, $1, $2) }
+        ops.release = { FuseOperations.release($0, $1, $2) }
+        ops.fsync = { FuseOperations.fsync($0, $1, $2, $3) }
+        ops.opendir = { FuseOperations.opendir($0, $1, $2) }
+        ops.readdir = { FuseOperations.readdir($0, $1, $2, $3, $4) }
+        ops.readdirplus = { FuseOperations.readdirplus($0, $1, $2, $3, $4) }
+        ops.releasedir = { FuseOperations.releasedir($0, $1, $2) }
+        ops.fsyncdir = { FuseOperations.fsyncdir($0, $1, $2, $3) }
+        ops.statfs = { FuseOperations.statfs($0, $1) }
+        ops.access = { FuseOperations.access($0, $1, $2) }
+        ops.setxattr = { FuseOperations.setxattr($0, $1, $2, $3, $4, $5) }
+        ops.getxattr = { FuseOperations.getxattr($0, $1, $2, $3) }
+        ops.listxattr = { FuseOperations.listxattr($0, $1, $2) }
+        ops.removexattr = { FuseOperations.removexattr($0, $1, $2) }
+        ops.fallocate = { FuseOperations.fallocate($0, $1, $2, $3, $4, $5) }
         return ops
+    }
+
+    // MARK: Session
+
+    /// INIT: what the daemon asks of the kernel for this mount.
+    static func initialize(_ userdata: UnsafeMutableRawPointer?, _ conn: UnsafeMutablePointer<fuse_conn_info>?) {
+        guard let conn else { return }
+        // Large requests: up to 1 MiB per write (libfuse sets max_pages to match) and
+        // 1 MiB of readahead, so streaming I/O crosses into the daemon rarely.
+        conn.pointee.max_write = 1 << 20
+        conn.pointee.max_readahead = 1 << 20
+        conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
+        if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
+            conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
+            conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)
+        }
+    }
+
+    static func statfs(_ req: fuse_req_t?, _ ino: fuse_ino_t) {
+        replying(req) {
+            var st = try fs(req).statfs()
+            fuse_reply_statfs(req, &st)
+        }
+    }
+
+    // MARK: Nodes and names
+
+    static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        replying(req) {
+            do {
+                replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name)))
+            } catch let error as Errno where error.code == ENOENT {
+                // A negative entry: the kernel may remember that the name is absent
+                // (every create comes through this mount, which replaces it).
+                var param = fuse_entry_param()
+                param.entry_timeout = entryTimeout
+                fuse_reply_entry(req, &param)
+            }
+        }
+    }
+
+    static func forget(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ count: UInt64) {
+        fs(req).forget(ino, count: count)
+        fuse_reply_none(req)
+    }
+
+    static func forgetMulti(_ req: fuse_req_t?, _ count: Int, _ forgets: UnsafeMutablePointer<fuse_forget_data>?) {
+        let fs = fs(req)
+        for i in 0..<count { fs.forget(forgets![i].ino, count: forgets![i].nlookup) }
+        fuse_reply_none(req)
+    }
+
+    static func getattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) { replyAttr(req, try fs(req).getattr(ino)) }
+    }
+
+    static func setattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePointer<stat>?, _ toSet: Int32,
+                        _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            let st = attr!.pointee
+            var changes = AttributeChanges()
+            if toSet & FUSE_SET_ATTR_MODE != 0 { changes.mode = st.st_mode }
+            if toSet & FUSE_SET_ATTR_UID != 0 { changes.uid = st.st_uid }
+            if toSet & FUSE_SET_ATTR_GID != 0 { changes.gid = st.st_gid }
+            if toSet & FUSE_SET_ATTR_SIZE != 0 { changes.size = Int64(st.st_size) }
+            // FATTR_KILL_SUIDGID, which shares this bit; sent once HANDLE_KILLPRIV_V2 is on.
+            if toSet & FUSE_SET_ATTR_KILL_SUID != 0 { changes.dropSetIDFor = caller(req) }
+            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
+                changes.accessTime = timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
+            } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
+                changes.accessTime = st.st_atim
+            }
+            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
+                changes.modificationTime = timespec(tv_sec: 0, tv_nsec: UTIME_NOW)
+            } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
+                changes.modificationTime = st.st_mtim
+            }
+            replyAttr(req, try fs(req).setattr(ino, changes: changes, handle: fi?.pointee.fh))
+        }
+    }
+
+    static func readlink(_ req: fuse_req_t?, _ ino: fuse_ino_t) {
+        replying(req) {
+            let target = try fs(req).readlink(ino) + [0]
+            target.withUnsafeBufferPointer { p in
+                p.withMemoryRebound(to: CChar.self) { _ = fuse_reply_readlink(req, $0.baseAddress) }
+            }
+        }
+    }
+
+    static func mknod(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t, _ rdev: dev_t) {
+        replying(req) {
+            replyEntry(req, try fs(req).mknod(parent: parent, name: bytes(name), mode: mode, device: rdev, caller: caller(req)))
+        }
+    }
+
+    static func mkdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t) {
+        replying(req) { replyEntry(req, try fs(req).mkdir(parent: parent, name: bytes(name), mode: mode, caller: caller(req))) }
+    }
+
+    static func unlink(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        replying(req) {
+            try fs(req).unlink(parent: parent, name: bytes(name))
+            replyDone(req)
+        }
+    }
+
+    static func rmdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        replying(req) {
+            try fs(req).rmdir(parent: parent, name: bytes(name))
+            replyDone(req)
+        }
+    }
+
+    static func symlink(_ req: fuse_req_t?, _ target: UnsafePointer<CChar>?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        replying(req) {
+            replyEntry(req, try fs(req).symlink(target: bytes(target), parent: parent, name: bytes(name), caller: caller(req)))
+        }
+    }
+
+    static func rename(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ newParent: fuse_ino_t,
+                       _ newName: UnsafePointer<CChar>?, _ flags: UInt32) {
+        replying(req) {
+            try fs(req).rename(parent: parent, name: bytes(name), newParent: newParent, newName: bytes(newName), flags: flags)
+            replyDone(req)
+        }
+    }
+
+    static func link(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>?) {
+        replying(req) { replyEntry(req, try fs(req).link(ino, newParent: newParent, newName: bytes(newName))) }
+    }
+
+    static func access(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mask: Int32) {
+        replying(req) {
+            try fs(req).access(ino, mask: mask)
+            replyDone(req)
+        }
+    }
+
+    // MARK: Files
+
+    static func open(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags, caller: caller(req))
+            // Writes go straight to the backing file: close needs no FLUSH round trip.
+            fi!.pointee.noflush = 1
+            // Every change comes through this mount and keeps the kernel's pages
+            // current, so pages cached by an earlier open are still right (a lock
+            // drops them all).
+            fi!.pointee.keep_cache = 1
+            if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
+        }
+    }
+
+    static func create(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t,
+                       _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            let (entry, handle) = try fs(req).create(parent: parent, name: bytes(name), mode: mode,
+                                                     flags: fi!.pointee.flags, caller: caller(req))
+            fi!.pointee.fh = handle
+            fi!.pointee.noflush = 1
+            var param = entryParam(entry)
+            if fuse_reply_create(req, &param, fi) != 0 {
+                fs(req).release(handle)
+                fs(req).forget(entry.node, count: 1)
+            }
+        }
+    }
+
+    static func read(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
+                     _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+            var n = 0
+            // Plaintext must not linger in freed memory after a lock.
+            defer { explicit_bzero(buffer.baseAddress!, n); buffer.deallocate() }
+            n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
+            fuse_reply_buf(req, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), n)
+        }
+    }
+
+    static func write(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ data: UnsafePointer<CChar>?, _ size: Int, _ offset: off_t,
+                      _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        // The plaintext stays in libfuse's request buffer until the next request
+        // overwrites it: zero it once it is sealed.
+        defer { if let data { explicit_bzero(UnsafeMutableRawPointer(mutating: data), size) } }
+        replying(req) {
+            let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
+                                      caller: caller(req))
+            fuse_reply_write(req, n)
+        }
+    }
+
+    static func flush(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        // Writes go straight to the backing file; nothing is buffered here.
+        replyDone(req)
+    }
+
+    static func release(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        fs(req).release(fi!.pointee.fh)
+        replyDone(req)
+    }
+
+    static func fsync(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ datasync: Int32, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            try fs(req).fsync(fi!.pointee.fh, dataOnly: datasync != 0)
+            replyDone(req)
+        }
+    }
+
+    static func fallocate(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mode: Int32, _ offset: off_t, _ length: off_t,
+                          _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            try fs(req).fallocate(fi!.pointee.fh, mode: mode, offset: Int64(offset), length: Int64(length))
+            replyDone(req)
+        }
+    }
+
+    // MARK: Directories
+
+    static func opendir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            fi!.pointee.fh = try fs(req).opendir(ino)
+            if fuse_reply_open(req, fi) != 0 { fs(req).releasedir(fi!.pointee.fh) }
+        }
+    }
+
+    static func readdir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
+                        _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) { try replyListing(req, size: size, offset: offset, handle: fi!.pointee.fh, plus: false) }
+    }
+
+    static func readdirplus(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
+                            _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) { try replyListing(req, size: size, offset: offset, handle: fi!.pointee.fh, plus: true) }
+    }
+
+    static func releasedir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        fs(req).releasedir(fi!.pointee.fh)
+        replyDone(req)
+    }
+
+    static func fsyncdir(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ datasync: Int32, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
+        replying(req) {
+            try fs(req).fsyncdir(fi!.pointee.fh)
+            replyDone(req)
+        }
+    }
+
+    // MARK: Extended attributes
+
+    static func setxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?,
+                         _ size: Int, _ flags: Int32) {
+        replying(req) {
+            let data = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            try fs(req).setxattr(ino, name: bytes(name), value: data, flags: flags)
+            replyDone(req)
+        }
+    }
+
+    static func getxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ size: Int) {
+        replying(req) { try replyXattr(req, size: size, try fs(req).getxattr(ino, name: bytes(name))) }
+    }
+
+    static func listxattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int) {
+        replying(req) {
+            let names = try fs(req).listxattr(ino)
+            try replyXattr(req, size: size, names.flatMap { $0 + [0] })
+        }
+    }
+
+    static func removexattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
+        replying(req) {
+            try fs(req).removexattr(ino, name: bytes(name))
+            replyDone(req)
+        }
     }
 }
 
@@ -257,9 +348,30 @@ private func bytes(_ name: UnsafePointer<CChar>?) -> [UInt8] {
     return Array(UnsafeBufferPointer(start: name, count: strlen(name))).map { UInt8(bitPattern: $0) }
 }
 
-/// Runs `body`; a thrown error becomes the one reply.
-private func replying(_ req: fuse_req_t?, _ body: () throws -> Void) {
-    do { try body() } catch { fuse_reply_err(req, ErrnoMapping.code(for: error)) }
+// MARK: Replies
+
+/// Runs `body`, which sends the reply; a thrown error becomes the one reply instead.
+/// `operation` is the handler's name (its `#function`), for the log.
+private func replying(_ req: fuse_req_t?, operation: String = #function, _ body: () throws -> Void) {
+    do { try body() } catch { replyError(req, error, operation: operation) }
+}
+
+/// The one path of an error reply: the errno from ErrnoMapping, and a log line when
+/// the error is not an answer a request can expect (ErrnoMapping.isExpected). The line
+/// names the operation and the error, never a plaintext name: errors below the bridge
+/// carry backing (encrypted) names only.
+private func replyError(_ req: fuse_req_t?, _ error: Error, operation: String) {
+    let code = ErrnoMapping.code(for: error)
+    if !ErrnoMapping.isExpected(error) {
+        let name = operation.prefix { $0 != "(" }
+        fs(req).logger.error("\(name): unexpected error, answered errno \(code): \(error)")
+    }
+    fuse_reply_err(req, code)
+}
+
+/// Success for a request whose reply carries no data (libfuse's fuse_reply_err with 0).
+private func replyDone(_ req: fuse_req_t?) {
+    fuse_reply_err(req, 0)
 }
 
 private func entryParam(_ entry: PlainFileSystem.Entry) -> fuse_entry_param {
@@ -284,66 +396,64 @@ private func replyAttr(_ req: fuse_req_t?, _ st: stat) {
     fuse_reply_attr(req, &st, attributeTimeout)
 }
 
-
-/// getxattr/listxattr: size 0 asks for the length; a smaller buffer is ERANGE.
-private func replyXattr(_ req: fuse_req_t?, size: Int, _ value: [UInt8]) {
+/// getxattr/listxattr: size 0 asks for the length; a smaller buffer is ERANGE (thrown,
+/// so that it goes out as every error does).
+private func replyXattr(_ req: fuse_req_t?, size: Int, _ value: [UInt8]) throws {
     if size == 0 {
         fuse_reply_xattr(req, value.count)
     } else if size < value.count {
-        fuse_reply_err(req, ERANGE)
+        throw Errno(ERANGE)
     } else {
         _ = value.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
     }
 }
 
 /// readdir and readdirplus: pack listed entries from `offset` until the buffer is full.
-private func readdir(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64, plus: Bool) {
-    replying(req) {
-        let fs = fs(req)
-        let entries = try fs.readdir(handle, from: Int(offset))
-        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
-        var used = 0
-        defer { explicit_bzero(buffer, used); buffer.deallocate() }
-        var next = Int(offset)
-        var entered: [UInt64] = []
-        for listed in entries {
-            next += 1
-            let name = listed.name.map { CChar(bitPattern: $0) } + [0]
-            var st = stat()
-            st.st_ino = __ino_t(listed.ino)
-            st.st_mode = mode_t(listed.type) << 12
-            let added: Int
-            if plus {
-                var param = fuse_entry_param()
-                param.attr = st
-                var node: UInt64?
-                if !listed.isDotOrDotDot {
-                    do {
-                        let entry = try fs.lookupListed(handle, listed)
-                        param = entryParam(entry)
-                        node = entry.node
-                    } catch let error as Errno where error.code == ENOENT {
-                        continue  // removed since the listing was taken
-                    } catch {
-                        // Listed but not entered (e.g. out of descriptors): a node ID of 0
-                        // lists the name and lets the kernel look it up later.
-                    }
+private func replyListing(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64, plus: Bool) throws {
+    let fs = fs(req)
+    let entries = try fs.readdir(handle, from: Int(offset))
+    let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
+    var used = 0
+    defer { explicit_bzero(buffer, used); buffer.deallocate() }
+    var next = Int(offset)
+    var entered: [UInt64] = []
+    for listed in entries {
+        next += 1
+        let name = listed.name.map { CChar(bitPattern: $0) } + [0]
+        var st = stat()
+        st.st_ino = __ino_t(listed.ino)
+        st.st_mode = mode_t(listed.type) << 12
+        let added: Int
+        if plus {
+            var param = fuse_entry_param()
+            param.attr = st
+            var node: UInt64?
+            if !listed.isDotOrDotDot {
+                do {
+                    let entry = try fs.lookupListed(handle, listed)
+                    param = entryParam(entry)
+                    node = entry.node
+                } catch let error as Errno where error.code == ENOENT {
+                    continue  // removed since the listing was taken
+                } catch {
+                    // Listed but not entered (e.g. out of descriptors): a node ID of 0
+                    // lists the name and lets the kernel look it up later.
                 }
-                added = fuse_add_direntry_plus(req, buffer + used, size - used, name, &param, off_t(next))
-                if added > size - used {
-                    if let node { fs.forget(node, count: 1) }
-                    break
-                }
-                if let node { entered.append(node) }
-            } else {
-                added = fuse_add_direntry(req, buffer + used, size - used, name, &st, off_t(next))
-                if added > size - used { break }
             }
-            used += added
+            added = fuse_add_direntry_plus(req, buffer + used, size - used, name, &param, off_t(next))
+            if added > size - used {
+                if let node { fs.forget(node, count: 1) }
+                break
+            }
+            if let node { entered.append(node) }
+        } else {
+            added = fuse_add_direntry(req, buffer + used, size - used, name, &st, off_t(next))
+            if added > size - used { break }
         }
-        if fuse_reply_buf(req, buffer, used) != 0 {
-            // The request was interrupted: the kernel holds none of these lookups.
-            entered.forEach { fs.forget($0, count: 1) }
-        }
+        used += added
+    }
+    if fuse_reply_buf(req, buffer, used) != 0 {
+        // The request was interrupted: the kernel holds none of these lookups.
+        entered.forEach { fs.forget($0, count: 1) }
     }
 }

@@ -6,19 +6,21 @@ import CofferCrypto
 import CofferVault
 import Foundation
 import Glibc
+import Logging
 
 public final class ControlServer: @unchecked Sendable {
     public let path: String
     private let owner: uid_t
     private let gate: Gate
-    private let log: @Sendable (String) -> Void
+    private let logger: Logger
     private var listener: Int32 = -1
 
-    public init(path: String, owner: uid_t, gate: Gate, log: @escaping @Sendable (String) -> Void) {
+    public init(path: String, owner: uid_t, gate: Gate,
+                logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
         self.path = path
         self.owner = owner
         self.gate = gate
-        self.log = log
+        self.logger = logger
     }
 
     public enum StartError: Error, CustomStringConvertible {
@@ -218,7 +220,7 @@ public final class ControlServer: @unchecked Sendable {
         close(fd)
         refusals += 1
         if refusals.nonzeroBitCount == 1 || refusals < 10 {
-            log("control socket: refused a connection from uid \(uid.map(String.init) ?? "?") (\(refusals) refused so far)")
+            logger.warning("control socket: refused a connection from uid \(uid.map(String.init) ?? "?") (\(refusals) refused so far)")
         }
     }
 

@@ -5,6 +5,7 @@ import CofferCrypto
 import CofferVault
 import Foundation
 import Glibc
+import Logging
 
 public final class Gate: @unchecked Sendable {
     /// What the gate needs from the mount it guards: to drop the kernel's caches.
@@ -25,7 +26,7 @@ public final class Gate: @unchecked Sendable {
     public let mountpoint: String
     public var socketPath = ""
     public let idleLock: Int64?
-    private let log: @Sendable (String) -> Void
+    private let logger: Logger
     private var caches: KernelCaches?
 
     /// Serialises unlock and lock; guards the fields below.
@@ -39,12 +40,13 @@ public final class Gate: @unchecked Sendable {
     private let derive: Vault.KeyDerivation
 
     public init(fs: PlainFileSystem, mountpoint: String, idleLock: Int64?,
-                derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess, log: @escaping @Sendable (String) -> Void) {
+                derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess,
+                logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
         self.fs = fs
         self.derive = derive
         self.mountpoint = mountpoint
         self.idleLock = idleLock
-        self.log = log
+        self.logger = logger
     }
 
     /// Connects the gate to the mounted session's cache invalidation.
@@ -82,26 +84,26 @@ public final class Gate: @unchecked Sendable {
             fs.unlock(master)
             throttle.recordSuccess()
             since = Date()
-            log("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
+            logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
             return .success("unlocked", status: statusLocked())
         } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
             throttle.recordFailure()
-            log("unlock refused: \(error) (uid \(peer), failed attempt \(throttle.failures))")
+            logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(throttle.failures))")
             return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
                             error.description, retryAfter: throttle.retryAfter)
         } catch CryptoError.malformed(let what) where kind == .recoveryKey {
             throttle.recordFailure()
-            log("unlock refused: malformed recovery key (uid \(peer), failed attempt \(throttle.failures))")
+            logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(throttle.failures))")
             return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: throttle.retryAfter)
         } catch VaultError.notAVault {
             wiped = true
             return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
         } catch let error as VaultError {
             // A damaged config is not a wrong secret: reported as such, not charged to the throttle.
-            log("unlock failed: \(error)")
+            logger.error("unlock failed: \(error)")
             return .failure(ControlError.configDamaged, error.description)
         } catch {
-            log("unlock failed: \(error)")
+            logger.error("unlock failed: \(error)")
             return .failure(ControlError.failed, "\(error)")
         }
     }
@@ -129,7 +131,7 @@ public final class Gate: @unchecked Sendable {
         // Freed heap pages that held plaintext go back to the kernel (which zeroes them).
         Sys.releaseFreeMemory()
         since = Date()
-        log("locked (\(reason)); keys wiped")
+        logger.notice("locked (\(reason)); keys wiped")
     }
 
     /// Locks for good: the daemon is ending. An unlock that arrives afterwards (on a

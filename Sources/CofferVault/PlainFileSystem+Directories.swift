@@ -2,6 +2,7 @@
 // opendir (or rewind); readdirplus then enters entries by their backing names.
 import CofferCrypto
 import Glibc
+import Logging
 
 /// One entry of a plaintext directory listing.
 public struct ListedEntry {
@@ -56,7 +57,7 @@ extension PlainFileSystem {
                 guard let name = try keys.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
                 entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
             } catch {
-                log("damage: in \(node.plaintextPath): \(error); entry hidden")
+                logger.error("damage: in \(node.plaintextPath): \(error); entry hidden")
             }
         }
         directory.entries = entries

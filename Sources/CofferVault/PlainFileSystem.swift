@@ -8,6 +8,7 @@
 import CofferCrypto
 import Foundation
 import Glibc
+import Logging
 import Synchronization
 
 public final class PlainFileSystem: @unchecked Sendable {
@@ -64,17 +65,20 @@ public final class PlainFileSystem: @unchecked Sendable {
     private var inFlight = 0
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public var lockWaitBound = 2.0
-    /// Where damage reports and other log lines go (stderr in the daemon).
-    public var log: @Sendable (String) -> Void = { _ in }
+    /// Where damage reports and other log lines go: the daemon's log (none by default,
+    /// as in tests).
+    public let logger: Logger
     /// Called when a node's attributes changed in a way the reply to the request does
     /// not show (setuid dropped by a write): the kernel must fetch them again.
     public var onAttributesChanged: @Sendable (UInt64) -> Void = { _ in }
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
-    public init(vault: Vault, options: Options = Options()) throws {
+    public init(vault: Vault, options: Options = Options(),
+                logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         self.vault = vault
         self.options = options
+        self.logger = logger
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
         nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
         do {
@@ -138,7 +142,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         nodes.forgetNames()
         gate.unlock()
         retiring?.set.wipe()
-        if stuck > 0 { log("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
+        if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
     }
 
     /// Calls `invalidate` with every (directory, name) the kernel may hold in its dentry
@@ -264,11 +268,11 @@ public final class PlainFileSystem: @unchecked Sendable {
                 return try file.tornBlocks(records, repair: true)
             }
             guard !restored.isEmpty else { return entry }
-            log("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
+            logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
             onAttributesChanged(entry.node)
             return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd))
         } catch {
-            log("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
+            logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
             return entry
         }
     }
@@ -316,7 +320,7 @@ public final class PlainFileSystem: @unchecked Sendable {
         do {
             return try body()
         } catch let error as VaultError {
-            log("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
+            logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
             throw error
         }
     }

@@ -1,8 +1,11 @@
 // DaemonLog sends the daemon's log lines to stderr (foreground), a file (--log-file),
-// or syslog (background). Lines never carry secrets; plaintext names appear only in
-// damage reports, which must say which file is damaged.
+// or syslog (background); DaemonLogHandler is the swift-log handler the daemon installs
+// over it, so that every `Logger` of the libraries writes there. Lines never carry
+// secrets; plaintext names appear only in damage reports, which must say which file is
+// damaged.
 import Foundation
 import Glibc
+import Logging
 
 final class DaemonLog: @unchecked Sendable {
     enum Destination {
@@ -45,7 +48,8 @@ final class DaemonLog: @unchecked Sendable {
         return DaemonLog(destination: .file(fd))
     }
 
-    func write(_ message: String) {
+    /// Writes one line; `priority` is the syslog priority (only syslog records it).
+    func write(_ message: String, priority: Int32 = LOG_NOTICE) {
         lock.lock()
         defer { lock.unlock() }
         switch destination {
@@ -55,7 +59,40 @@ final class DaemonLog: @unchecked Sendable {
             var line = "coffer[\(getpid())]: \(message)\n"
             line.withUTF8 { _ = Glibc.write(fd, $0.baseAddress, $0.count) }
         case .syslog:
-            withVaList([message]) { vsyslog(LOG_NOTICE, "%s", $0) }
+            withVaList([message]) { vsyslog(priority, "%s", $0) }
+        }
+    }
+}
+
+/// Hands every log event of the daemon's `Logger`s to one DaemonLog, as a line of the
+/// message alone (metadata, if a caller adds some, follows as `key=value`). Info and
+/// above are written; the level becomes the syslog priority.
+struct DaemonLogHandler: LogHandler {
+    private let sink: DaemonLog
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    init(_ sink: DaemonLog) { self.sink = sink }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
+        let pairs = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        sink.write(([event.message.description] + pairs).joined(separator: " "), priority: Self.priority(event.level))
+    }
+
+    static func priority(_ level: Logger.Level) -> Int32 {
+        switch level {
+        case .trace, .debug: return LOG_DEBUG
+        case .info: return LOG_INFO
+        case .notice: return LOG_NOTICE
+        case .warning: return LOG_WARNING
+        case .error: return LOG_ERR
+        case .critical: return LOG_CRIT
         }
     }
 }

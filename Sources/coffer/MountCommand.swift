@@ -8,6 +8,7 @@ import CofferGate
 import CofferVault
 import Foundation
 import Glibc
+import Logging
 
 struct MountCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -159,6 +160,8 @@ struct MountCommand: ParsableCommand {
         // The launcher's pipes must not reach the processes libfuse starts (fusermount3).
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
+        LoggingSystem.bootstrap { _ in DaemonLogHandler(log) }
+        let logger = Logger(label: "coffer")
         let vault = try Vault.open(at: cipherdir)
         try vault.checkCipherAvailable()
         let claim = try VaultClaim(vault)
@@ -177,14 +180,13 @@ struct MountCommand: ParsableCommand {
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
 
-        let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0))
-        fs.log = { log.write($0) }
+        let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0), logger: logger)
         let gate = Gate(fs: fs, mountpoint: target, idleLock: idleLock.flatMap(parseDuration),
-                        derive: KDFHelper.derive, log: { log.write($0) })
+                        derive: KDFHelper.derive, logger: logger)
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 
-        let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, log: { log.write($0) })
+        let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, logger: logger)
         gate.socketPath = socketPath
         do {
             try server.start()
@@ -207,20 +209,20 @@ struct MountCommand: ParsableCommand {
         gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
                           invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
         gate.startIdleTimer()
-        NodePressureRelief.start(fs: fs, session: session, log: { log.write($0) })
-        log.write("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
+        NodePressureRelief.start(fs: fs, session: session, logger: logger)
+        logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
         session.run(threads: threads)
         SystemdNotify.send("STOPPING=1")
         // Stop serving unlocks before the last lock, so that none can bring the keys back.
         server.stop()
-        log.write("control socket \(socketPath) closed")
+        logger.notice("control socket \(socketPath) closed")
         gate.detach()
         gate.shutDown()
         session.unmount()
-        log.write("unmounted \(target); keys wiped")
+        logger.notice("unmounted \(target); keys wiped")
         // A clean exit: everything written is made durable and the undo records go.
-        do { try fs.finish() } catch { log.write("undo journal kept: \(error)") }
+        do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
     }
 }

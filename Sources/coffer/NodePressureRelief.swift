@@ -5,9 +5,10 @@
 import CofferFUSE
 import CofferVault
 import Foundation
+import Logging
 
 enum NodePressureRelief {
-    static func start(fs: PlainFileSystem, session: FuseSession, log: @escaping @Sendable (String) -> Void) {
+    static func start(fs: PlainFileSystem, session: FuseSession, logger: Logger) {
         let wake = DispatchSemaphore(value: 0)
         fs.onNodePressure { wake.signal() }
         let threshold = fs.nodePressureThreshold
@@ -27,6 +28,6 @@ enum NodePressureRelief {
         }
         thread.name = "coffer-node-relief"
         thread.start()
-        log("node table: relief above \(threshold) cached inodes")
+        logger.info("node table: relief above \(threshold) cached inodes")
     }
 }

@@ -20,4 +20,20 @@ final class ErrnoMappingTests: XCTestCase {
         struct Unexpected: Error {}
         XCTAssertEqual(ErrnoMapping.code(for: Unexpected()), EIO)
     }
+
+    /// Answers a request can expect are sent quietly; trouble of the daemon or its disk,
+    /// and errors of unknown kinds, get a log line.
+    func testOnlyUnexpectedErrorsAreLogged() {
+        for code in [ENOENT, EEXIST, EACCES, EPERM, ENOTEMPTY, EINVAL, ENOSPC, ENODATA, ERANGE, EXDEV, EOPNOTSUPP] {
+            XCTAssertTrue(ErrnoMapping.isExpected(Errno(code)), "errno \(code)")
+        }
+        for code in [EIO, EMFILE, ENFILE, ENOMEM, ESTALE, EFAULT] {
+            XCTAssertFalse(ErrnoMapping.isExpected(Errno(code)), "errno \(code)")
+        }
+        // Damage is logged where it is found, with the path; invalid names are the caller's.
+        XCTAssertTrue(ErrnoMapping.isExpected(VaultError.blockDamaged(blockIndex: 1)))
+        XCTAssertTrue(ErrnoMapping.isExpected(VaultError.nameTooLong))
+        struct Unexpected: Error {}
+        XCTAssertFalse(ErrnoMapping.isExpected(Unexpected()))
+    }
 }

@@ -17,7 +17,7 @@ final class ControlServerTests: XCTestCase {
         // As in the daemon (MountCommand): a peer that hangs up must not kill the process.
         signal(SIGPIPE, SIG_IGN)
         fixture = try GateFixture()
-        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate)
         try server.start()
     }
 
@@ -92,7 +92,7 @@ final class ControlServerTests: XCTestCase {
     }
 
     func testASecondServerOnALiveSocketIsRefusedAndStopRemovesIt() throws {
-        let second = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        let second = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate)
         XCTAssertThrowsError(try second.start()) {
             guard case ControlServer.StartError.inUse = $0 else { return XCTFail("\($0)") }
         }
@@ -109,7 +109,7 @@ final class ControlServerTests: XCTestCase {
         // A socket file whose daemon is gone: bound, then its listener closed.
         let stale = try UnixSocket.listen(at: socketPath)
         close(stale)
-        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate, log: { _ in })
+        server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate)
         XCTAssertNoThrow(try server.start())
         XCTAssertTrue(try send(.status).ok)
     }

@@ -33,7 +33,7 @@ final class GateFixture {
         fs = try PlainFileSystem(vault: vault)
         let counter = derivations
         gate = Gate(fs: fs, mountpoint: "/mnt/test", idleLock: idleLock,
-                    derive: { counter.add(); return try Vault.deriveInProcess($0, $1, $2) }, log: { _ in })
+                    derive: { counter.add(); return try Vault.deriveInProcess($0, $1, $2) })
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }

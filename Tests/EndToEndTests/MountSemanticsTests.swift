@@ -291,6 +291,40 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertEqual(vault.sh("ls many | wc -l").stdout, "3000\n")
     }
 
+    /// An error that is no answer a request can expect — here the daemon out of
+    /// descriptors — is logged with the operation's name and without the file's name;
+    /// the ENODATA of an ordinary miss is not logged.
+    func testUnexpectedErrorsAreLoggedWithTheOperation() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d && cd d && for i in $(seq 1 100); do : > secretname$i; done"), "create")
+        XCTAssertFalse(vault.sh("python3 -c \"import os; os.getxattr('d', 'user.none')\"").stderr.isEmpty, "ENODATA")
+        guard let pid = vault.daemonPID else { return XCTFail("no daemon pid") }
+        let limit = Harness.sh("prlimit --pid \(pid) --nofile --raw --noheadings -o SOFT,HARD").stdout
+            .split(separator: " ", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        XCTAssertEqual(limit.count, 2, "prlimit: \(limit)")
+        Harness.sh("echo 2 > /proc/sys/vm/drop_caches; sleep 1")
+        let open = Int(Harness.sh("ls /proc/\(pid)/fd | wc -l").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        assertOK(Harness.sh("prlimit --pid \(pid) --nofile=\(open + 20):\(limit.last ?? "1024")"), "lower the daemon's limit")
+        let r = vault.sh("""
+            python3 -c '
+            import os
+            held = []
+            try:
+                for i in range(1, 101): held.append(open("d/secretname%d" % i))
+            except OSError as e:
+                print("refused", e.errno)
+            '
+            """)
+        assertOK(Harness.sh("prlimit --pid \(pid) --nofile=\(limit.first ?? "1024"):\(limit.last ?? "1024")"), "restore the limit")
+        XCTAssertTrue(r.stdout.contains("refused 24"), "the daemon never ran out of descriptors: \(r.stdout) \(r.stderr)")
+        let lines = vault.log.split(separator: "\n").filter { $0.contains("unexpected error") }
+        XCTAssertTrue(lines.contains { $0.contains(": lookup: ") || $0.contains(": open: ") }, vault.log)
+        XCTAssertTrue(lines.allSatisfy { $0.contains("answered errno 24") }, vault.log)
+        XCTAssertFalse(vault.log.contains("secretname"), "a plaintext name in the log: \(vault.log)")
+        XCTAssertFalse(vault.log.contains("errno \(ENODATA):"), "an ordinary ENODATA was logged: \(vault.log)")
+        assertOK(vault.sh("cat d/secretname100"), "served again once descriptors are free")
+    }
+
     /// Symlink targets up to PATH_MAX − 1 bytes, as on ext4: a target too long for the
     /// backing symlink lives in a sidecar that follows the link through hard links,
     /// renames and removal, and survives a remount; fsck checks it.
