@@ -114,7 +114,7 @@ public struct ContentFile {
             try open(sealed, first: first, fileID: id, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))
         } else {
             let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: plainLength, alignment: 16)
-            defer { plain.deallocate() }
+            defer { plain.deallocateZeroed() }
             try open(sealed, first: first, fileID: id, into: plain)
             buffer.baseAddress!.copyMemory(from: plain.baseAddress! + skip, byteCount: wanted)
         }
@@ -224,7 +224,7 @@ public struct ContentFile {
             return try commit(data, firstBlock: first, fileID: id, header: pendingHeader, plainSize: size, kept: [], undo: &undo)
         }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
-        defer { plain.deallocate() }
+        defer { plain.deallocateZeroed() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
         // Old slots whose bytes the write keeps in part.
         var kept: [Slot] = []
@@ -305,7 +305,7 @@ public struct ContentFile {
     /// (cut, or zero-extended).
     private func resize(_ index: Int64, plainSize: Int64, to newLength: Int, fileID id: FileID, undo: inout Undo) throws {
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(BlockLayout.plainBlockSize), alignment: 16)
-        defer { plain.deallocate() }
+        defer { plain.deallocateZeroed() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
         let oldLength = BlockLayout.blockLength(index, plainSize: plainSize)
         let slot = try readSlot(index, plainSize: plainSize, fileID: id,
@@ -382,5 +382,14 @@ public struct ContentFile {
             try retryOnInterrupt("fdatasync") { fdatasync(fd) }
         }
         return found
+    }
+}
+
+extension UnsafeMutableRawBufferPointer {
+    /// Zeroes a buffer that held plaintext, then frees it: freed heap memory must not keep
+    /// file contents after a lock (explicit_bzero is not optimised away).
+    func deallocateZeroed() {
+        if let base = baseAddress { explicit_bzero(base, count) }
+        deallocate()
     }
 }

@@ -26,7 +26,8 @@ final class TempDirectory {
     func read(_ name: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path + "/" + name) ?? Data()) }
 
     func write(_ name: String, _ bytes: [UInt8]) {
-        FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
+        let made = FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
+        precondition(made, "cannot write \(name) in the test directory")
     }
 
     /// Every regular file below the directory, recursively.
