@@ -14,13 +14,17 @@ final class ListingTests: EndToEndCase {
         try strace.run()
         defer { if strace.isRunning { strace.interrupt() }; strace.waitUntilExit() }
         // strace writes nothing until a call is traced: wait until it has attached to
-        // every thread (the daemon's threads show it as their tracer).
+        // every thread (each of the daemon's threads shows it as its tracer).
         let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-            if status.contains("TracerPid:\t\(strace.processIdentifier)") { break }
-            usleep(20_000)
+        func allTraced() -> Bool {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return !tasks.isEmpty && tasks.allSatisfy { task in
+                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+                return status.contains("TracerPid:\t\(strace.processIdentifier)\n")
+            }
         }
+        while !allTraced() && Date() < deadline { usleep(20_000) }
+        XCTAssertTrue(allTraced(), "strace did not attach to every thread of the daemon")
         let listed = vault.sh("ls -f d | wc -l")
         XCTAssertEqual(listed.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "302", listed.stderr)
         usleep(200_000)
