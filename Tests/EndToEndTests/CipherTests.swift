@@ -50,17 +50,19 @@ final class CipherTests: EndToEndCase {
             let vault = MountedVault(scratch: scratch, name: cipher, initOptions: ["--cipher", cipher])
             vault.mount()
             let reference = scratch.mkdir(cipher + ".reference")
+            let sources = scratch.mkdir(cipher + ".sources")
+            assertOK(Harness.sh("cd '\(sources)' && head -c 1048577 /dev/urandom > big && head -c 300 /dev/urandom > patch && for n in 0 1 4095 4096 4097; do head -c $n /dev/urandom > f$n; done"), "sources")
             // The same operations in the mount and in a plain directory; the trees must match.
             let script = """
                 set -e
-                head -c 1048577 /dev/urandom > big
-                for n in 0 1 4095 4096 4097; do head -c $n /dev/urandom > f$n; done
+                cp '\(sources)'/big '\(sources)'/f* .
                 cp big copy; printf 'appended' >> copy
-                dd if=/dev/urandom of=copy bs=1 seek=5000 count=300 conv=notrunc status=none
+                dd if='\(sources)'/patch of=copy bs=1 seek=5000 conv=notrunc status=none
                 truncate -s 7000 f4097; truncate -s 20000 f1
                 """
             assertOK(vault.sh(script), "\(cipher): workload")
-            assertOK(Harness.sh("cp -a '\(vault.mountpoint)/.' '\(reference)/'"), "copy out")
+            assertOK(Harness.sh("cd '\(reference)' && " + script), "\(cipher): the workload in a plain directory")
+            assertOK(Harness.sh("diff -r '\(vault.mountpoint)' '\(reference)'"), "\(cipher): contents")
             vault.unmount()
             vault.mount()
             assertOK(Harness.sh("diff -r '\(vault.mountpoint)' '\(reference)'"), "\(cipher): contents after remount")
