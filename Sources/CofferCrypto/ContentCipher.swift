@@ -165,7 +165,11 @@ public struct ContentCipher: Sendable {
         let parts = Self.parts(blocks)
         guard parts > 1 else { return try seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
         let perPart = (blocks + parts - 1) / parts
-        try withBlockKey(fileID: fileID) { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
+        try withBlockKey(fileID: fileID) { key in
+            // Unchecked on purpose: each part writes a disjoint range of `ciphertext`,
+            // the key is only read, and concurrentPerform returns after the last part.
+            nonisolated(unsafe) let plaintext = plaintext, ciphertext = ciphertext, key = key
+            DispatchQueue.concurrentPerform(iterations: parts) { part in
             let first = part * perPart
             let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
             guard !plainRange.isEmpty else { return }
@@ -192,7 +196,12 @@ public struct ContentCipher: Sendable {
         let totals = UnsafeMutableBufferPointer<Int>.allocate(capacity: parts)
         totals.initialize(repeating: 0)
         defer { totals.deallocate() }
-        try withBlockKey(fileID: fileID) { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
+        try withBlockKey(fileID: fileID) { key in
+            // Unchecked on purpose: part N writes only plaintext's range N, totals[N] and
+            // failures[N]; the key is only read; concurrentPerform returns after the last part.
+            nonisolated(unsafe) let ciphertext = ciphertext, plaintext = plaintext, key = key
+            nonisolated(unsafe) let totals = totals, failures = failures
+            DispatchQueue.concurrentPerform(iterations: parts) { part in
             let first = part * perPart
             let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
             guard !cipherRange.isEmpty else { return }
