@@ -121,7 +121,7 @@ public final class Vault {
     /// The run-time keys of this vault (`checkCipherAvailable` first).
     public func keys(from master: MasterKey) -> KeySet { KeySet(master: master, content: config.contentAlgorithm) }
 
-    public typealias KeyDerivation = (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
+    public typealias KeyDerivation = @Sendable (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
 
     /// Argon2id in this process.
     public static let deriveInProcess: KeyDerivation = { try PassphraseKDF.deriveKey(passphrase: $0, salt: $1, parameters: $2) }

@@ -26,7 +26,7 @@ final class TempDirectory {
     func read(_ name: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path + "/" + name) ?? Data()) }
 
     func write(_ name: String, _ bytes: [UInt8]) {
-        FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
     }
 
     /// Every regular file below the directory, recursively.
