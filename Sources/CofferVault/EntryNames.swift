@@ -4,6 +4,10 @@
 // The bytes live in buffers of their own, zeroed when the names are forgotten.
 import Glibc
 
+/// Sendable, unchecked: every access to `byHash` is under `lock`; the buffers are owned
+/// here and `forEach` lends a name only for its body, under the lock. (A Mutex cannot
+/// own them: the lent buffer pointers are not Sendable, and `forEach`'s body would join
+/// the Mutex's region — "inout sending parameter cannot be task-isolated".)
 final class EntryNames: @unchecked Sendable {
     private let lock = Lock()
     /// Names by a hash of their bytes (Hasher is seeded per process).
