@@ -59,6 +59,21 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
     /// Guards `keys` and `inFlight`; `lock()` waits on it for operations in flight.
+    ///
+    /// Lock order, the one place it is written (each lock is taken only after those
+    /// before it on its line, never the other way round):
+    ///
+    ///     locking:  Gate.serial → PlainFileSystem.gate → NodeTable.table → Node.state
+    ///     workers:  PlainFileSystem.gate (only to take or give back an in-flight slot;
+    ///               not held during the operation) → Node.content (R or W)
+    ///               → UndoJournal.rewrites (R) → UndoJournal.lock;
+    ///               Node.content → FileIDCache, VolatileBlocks
+    ///
+    /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
+    /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
+    /// Node.state may be taken with or without Node.content held. The "(R)" of the fs
+    /// gate in issue 12 is this in-flight slot: `lock()` holds the gate and waits (up to
+    /// `lockWaitBound`) for the slots to drain, which is what excludes workers.
     private let gate = NSCondition()
     private var keys: Keys?
     /// Operations running with the keys.
@@ -80,16 +95,17 @@ public final class PlainFileSystem: @unchecked Sendable {
         self.options = options
         self.logger = logger
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
-        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
+        // Keep well below the descriptor limit: descriptors are also needed for open files.
+        var threshold = Int.max
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+            threshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
+        }
+        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)), pressureThreshold: threshold)
         do {
             journal = try UndoJournal(directory: fd)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
             journal = nil
-        }
-        // Keep well below the descriptor limit: descriptors are also needed for open files.
-        var limit = rlimit()
-        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
-            nodes.pressureThreshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
         }
     }
 
@@ -99,7 +115,7 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Called, from a request thread, when the table grows past its threshold; the
     /// handler must not invalidate from that thread (the kernel may hold the directory
     /// lock of the request) but hand the work to another and call `relievedNodePressure`.
-    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure = handler }
+    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure(handler) }
 
     public func relievedNodePressure() { nodes.relieved() }
 
