@@ -43,7 +43,7 @@ public final class FuseSession: @unchecked Sendable {
                                     Unmanaged.passUnretained(fs).toOpaque())
         }
         guard session != nil else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
-        fs.onAttributesChanged = { [weak self] node in self?.invalidateAttributes(node: node) }
+        fs.onAttributesChanged { [weak self] node in self?.invalidateAttributes(node: node) }
     }
 
     /// The `-o` options libfuse refuses (unknown or malformed), checked by creating and

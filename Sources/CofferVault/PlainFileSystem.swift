@@ -11,6 +11,10 @@ import Glibc
 import Logging
 import Synchronization
 
+/// Sendable, unchecked for one reason: `keys` and `inFlight` are guarded by `gate`, an
+/// NSCondition, because `lock()` must wait for the in-flight count to drain (a
+/// Synchronization.Mutex has no condition to wait on). Every other stored property is
+/// a `let` of a Sendable type.
 public final class PlainFileSystem: @unchecked Sendable {
     public struct Options {
         /// chown new entries to the calling user (a root daemon serving other users).
@@ -79,13 +83,14 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Operations running with the keys.
     private var inFlight = 0
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
-    public var lockWaitBound = 2.0
+    public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
     /// as in tests).
     public let logger: Logger
     /// Called when a node's attributes changed in a way the reply to the request does
-    /// not show (setuid dropped by a write): the kernel must fetch them again.
-    public var onAttributesChanged: @Sendable (UInt64) -> Void = { _ in }
+    /// not show (setuid dropped by a write): the kernel must fetch them again. Set by the
+    /// bridge once its session exists (which needs this object first).
+    private let attributesChangedHook = Mutex<@Sendable (UInt64) -> Void>({ _ in })
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
@@ -118,6 +123,15 @@ public final class PlainFileSystem: @unchecked Sendable {
     public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure(handler) }
 
     public func relievedNodePressure() { nodes.relieved() }
+
+    /// Sets what is called when a node's attributes changed in a way the reply to the
+    /// request does not show (setuid dropped by a write): the kernel must fetch them again.
+    public func onAttributesChanged(_ handler: @escaping @Sendable (UInt64) -> Void) {
+        attributesChangedHook.withLock { $0 = handler }
+    }
+
+    /// Calls the hook set by `onAttributesChanged` (outside its lock).
+    func attributesChanged(_ node: UInt64) { attributesChangedHook.withLock { $0 }(node) }
 
     /// The least recently entered names, to invalidate in the kernel under pressure.
     public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
@@ -285,7 +299,7 @@ public final class PlainFileSystem: @unchecked Sendable {
             }
             guard !restored.isEmpty else { return entry }
             logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
-            onAttributesChanged(entry.node)
+            attributesChanged(entry.node)
             return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd))
         } catch {
             logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
