@@ -16,7 +16,7 @@ import Synchronization
 /// Synchronization.Mutex has no condition to wait on). Every other stored property is
 /// a `let` of a Sendable type.
 public final class PlainFileSystem: @unchecked Sendable {
-    public struct Options {
+    public struct Options: Sendable {
         /// chown new entries to the calling user (a root daemon serving other users).
         public var preserveOwner = false
         public init(preserveOwner: Bool = false) { self.preserveOwner = preserveOwner }
