@@ -170,14 +170,15 @@ public struct ContentCipher: Sendable {
             // the key is only read, and concurrentPerform returns after the last part.
             nonisolated(unsafe) let plaintext = plaintext, ciphertext = ciphertext, key = key
             DispatchQueue.concurrentPerform(iterations: parts) { part in
-            let first = part * perPart
-            let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
-            guard !plainRange.isEmpty else { return }
-            let cipherStart = first * Self.cipherBlockSize
-            sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
-                    into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
-                    key: key)
-        } }
+                let first = part * perPart
+                let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
+                guard !plainRange.isEmpty else { return }
+                let cipherStart = first * Self.cipherBlockSize
+                sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
+                        into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
+                        key: key)
+            }
+        }
     }
 
     /// Like `open`, with long runs split across the CPU cores; throws for the first bad
@@ -202,17 +203,18 @@ public struct ContentCipher: Sendable {
             nonisolated(unsafe) let ciphertext = ciphertext, plaintext = plaintext, key = key
             nonisolated(unsafe) let totals = totals, failures = failures
             DispatchQueue.concurrentPerform(iterations: parts) { part in
-            let first = part * perPart
-            let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
-            guard !cipherRange.isEmpty else { return }
-            let plainStart = first * Self.blockSize
-            do {
-                totals[part] = try openRun(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
-                                           fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]), key: key)
-            } catch {
-                failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
+                let first = part * perPart
+                let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
+                guard !cipherRange.isEmpty else { return }
+                let plainStart = first * Self.blockSize
+                do {
+                    totals[part] = try openRun(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
+                                               fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]), key: key)
+                } catch {
+                    failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
+                }
             }
-        } }
+        }
         if let failure = failures.first(where: { $0 != nil }) { throw failure! }
         for part in 0..<parts { total += totals[part] }
         return total
