@@ -43,5 +43,5 @@ let package = Package(
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

@@ -12,7 +12,7 @@ public enum Base64URL {
         let capacity = sodium_base64_encoded_len(bytes.count, variant)
         var out = [CChar](repeating: 0, count: capacity)
         _ = sodium_bin2base64(&out, capacity, bytes, bytes.count, variant)
-        return String(cString: out)
+        return out.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
     /// Decodes strictly: any character outside the alphabet, or trailing bits, fail.

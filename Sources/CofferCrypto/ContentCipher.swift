@@ -165,15 +165,20 @@ public struct ContentCipher: Sendable {
         let parts = Self.parts(blocks)
         guard parts > 1 else { return try seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
         let perPart = (blocks + parts - 1) / parts
-        try withBlockKey(fileID: fileID) { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
-            let first = part * perPart
-            let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
-            guard !plainRange.isEmpty else { return }
-            let cipherStart = first * Self.cipherBlockSize
-            sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
-                    into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
-                    key: key)
-        } }
+        try withBlockKey(fileID: fileID) { key in
+            // Unchecked on purpose: each part writes a disjoint range of `ciphertext`,
+            // the key is only read, and concurrentPerform returns after the last part.
+            nonisolated(unsafe) let plaintext = plaintext, ciphertext = ciphertext, key = key
+            DispatchQueue.concurrentPerform(iterations: parts) { part in
+                let first = part * perPart
+                let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
+                guard !plainRange.isEmpty else { return }
+                let cipherStart = first * Self.cipherBlockSize
+                sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
+                        into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
+                        key: key)
+            }
+        }
     }
 
     /// Like `open`, with long runs split across the CPU cores; throws for the first bad
@@ -192,18 +197,24 @@ public struct ContentCipher: Sendable {
         let totals = UnsafeMutableBufferPointer<Int>.allocate(capacity: parts)
         totals.initialize(repeating: 0)
         defer { totals.deallocate() }
-        try withBlockKey(fileID: fileID) { key in DispatchQueue.concurrentPerform(iterations: parts) { part in
-            let first = part * perPart
-            let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
-            guard !cipherRange.isEmpty else { return }
-            let plainStart = first * Self.blockSize
-            do {
-                totals[part] = try openRun(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
-                                           fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]), key: key)
-            } catch {
-                failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
+        try withBlockKey(fileID: fileID) { key in
+            // Unchecked on purpose: part N writes only plaintext's range N, totals[N] and
+            // failures[N]; the key is only read; concurrentPerform returns after the last part.
+            nonisolated(unsafe) let ciphertext = ciphertext, plaintext = plaintext, key = key
+            nonisolated(unsafe) let totals = totals, failures = failures
+            DispatchQueue.concurrentPerform(iterations: parts) { part in
+                let first = part * perPart
+                let cipherRange = first * Self.cipherBlockSize..<min(ciphertext.count, (first + perPart) * Self.cipherBlockSize)
+                guard !cipherRange.isEmpty else { return }
+                let plainStart = first * Self.blockSize
+                do {
+                    totals[part] = try openRun(UnsafeRawBufferPointer(rebasing: ciphertext[cipherRange]), firstBlock: firstBlock + UInt64(first),
+                                               fileID: fileID, into: UnsafeMutableRawBufferPointer(rebasing: plaintext[plainStart...]), key: key)
+                } catch {
+                    failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
+                }
             }
-        } }
+        }
         if let failure = failures.first(where: { $0 != nil }) { throw failure! }
         for part in 0..<parts { total += totals[part] }
         return total

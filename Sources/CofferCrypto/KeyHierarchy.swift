@@ -20,7 +20,7 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
 
 /// The master key: 32 random bytes in secure memory. It only ever exists unwrapped
 /// between unlock and the derivation of the subkeys.
-public final class MasterKey: @unchecked Sendable {
+public final class MasterKey: Sendable {
     /// Size of the master key and of every subkey, in bytes (256 bits).
     public static let size = 32
     /// crypto_kdf context: exactly 8 bytes, names the format generation.
@@ -54,7 +54,7 @@ public final class MasterKey: @unchecked Sendable {
 
 /// Every key the vault needs at run time, derived once at unlock. The master key
 /// itself is not kept: only these subkeys stay in memory while unlocked.
-public final class KeySet: @unchecked Sendable {
+public final class KeySet: Sendable {
     public let content: ContentCipher
     public let names: NameCipher
     public let xattrNames: NameCipher

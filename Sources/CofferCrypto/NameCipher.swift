@@ -11,7 +11,7 @@
 // or to the IV makes the recomputed SIV differ, so a tampered name is refused.
 import CSodium
 
-public final class NameCipher: @unchecked Sendable {
+public final class NameCipher: Sendable {
     /// Size of the directory IV mixed into every name, in bytes.
     public static let ivSize = 16
     /// Size of the synthetic IV (BLAKE2b output) at the start of every encrypted name.

@@ -6,6 +6,13 @@ import Synchronization
 
 /// A fixed-size secret buffer. Its bytes are only ever lent out through closures;
 /// nothing in the engine copies them into ordinary Swift arrays or strings.
+///
+/// Sendable, unchecked: `base` and `count` never change, and the bytes behind them are
+/// shared the way a key is: written while one thread owns the object (filled at
+/// creation, before it is handed on) and afterwards only read, through `lend`, until
+/// `retire` — which the `users` atomic makes wait for every lend in progress and
+/// refuse every later one — zeroes them. `withUnsafeMutableBytes` and `wipe` are for
+/// the owning thread (creation, or a passphrase used by one request).
 public final class SecureBytes: @unchecked Sendable {
     /// Number of bytes in the buffer.
     public let count: Int

@@ -4,8 +4,11 @@
 import CFuse
 import CofferVault
 import Glibc
+import Synchronization
 
-public final class FuseSession {
+/// Sendable, unchecked: `session` is set once in init and only read afterwards (libfuse's
+/// notify calls are safe from any thread); `mounted`, the one mutable field, is atomic.
+public final class FuseSession: @unchecked Sendable {
     public struct Options {
         /// Let users other than the mount owner in; the kernel then checks modes
         /// (default_permissions).
@@ -19,13 +22,13 @@ public final class FuseSession {
     }
 
     private let fs: PlainFileSystem
-    private var ops: fuse_lowlevel_ops
-    fileprivate var session: OpaquePointer?
-    private var mounted = false
+    private let session: OpaquePointer?
+    private let mounted = Atomic<Bool>(false)
 
     public init(fs: PlainFileSystem, options: Options) throws {
         self.fs = fs
-        self.ops = FuseOperations.table()
+        // fuse_session_new copies the operations table.
+        var ops = FuseOperations.table()
         var mountOptions = ["fsname=\(options.fsName)", "subtype=coffer"]
         if options.allowOther { mountOptions += ["allow_other", "default_permissions"] }
         if options.readOnly { mountOptions.append("ro") }
@@ -40,7 +43,7 @@ public final class FuseSession {
                                     Unmanaged.passUnretained(fs).toOpaque())
         }
         guard session != nil else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
-        fs.onAttributesChanged = { [weak self] node in self?.invalidateAttributes(node: node) }
+        fs.onAttributesChanged { [weak self] node in self?.invalidateAttributes(node: node) }
     }
 
     /// The `-o` options libfuse refuses (unknown or malformed), checked by creating and
@@ -65,7 +68,7 @@ public final class FuseSession {
 
     deinit {
         if let session {
-            if mounted { fuse_session_unmount(session) }
+            if mounted.load(ordering: .acquiring) { fuse_session_unmount(session) }
             fuse_session_destroy(session)
         }
     }
@@ -78,7 +81,7 @@ public final class FuseSession {
             fuse_remove_signal_handlers(session)
             throw Errno(EIO, "mount")
         }
-        mounted = true
+        mounted.store(true, ordering: .releasing)
         // Not fatal if refused: the kernel then keeps asking before writes and chowns.
         _ = KillPrivNegotiation.install(on: session!, fd: fuse_session_fd(session))
     }
@@ -110,9 +113,8 @@ public final class FuseSession {
     /// Detaches the mount if it is still there (after a signal; after `fusermount3 -u`
     /// the kernel has already detached it).
     public func unmount() {
-        if mounted {
+        if mounted.exchange(false, ordering: .acquiringAndReleasing) {
             fuse_session_unmount(session)
-            mounted = false
         }
     }
 

@@ -13,6 +13,7 @@
 import CFuse
 import CofferVault
 import Glibc
+import Synchronization
 
 enum KillPrivNegotiation {
     /// Installs the hooks on a mounted session (`fd` is its /dev/fuse descriptor).
@@ -24,7 +25,7 @@ enum KillPrivNegotiation {
                 let header = buffer.load(as: fuse_in_header.self)
                 if header.opcode == FUSE_INIT.rawValue {
                     let offered = buffer.load(fromByteOffset: MemoryLayout<fuse_in_header>.size, as: fuse_init_in.self).flags
-                    negotiation.withLock { negotiation.initUnique = header.unique; negotiation.offered = offered }
+                    negotiation.withLock { $0 = InitRequest(unique: header.unique, offered: offered) }
                 }
             }
             return n
@@ -33,12 +34,12 @@ enum KillPrivNegotiation {
             if count == 2, let iov, iov[1].iov_len >= MemoryLayout<fuse_init_out>.size,
                let header = iov[0].iov_base?.load(as: fuse_out_header.self), header.error == 0,
                let reply = iov[1].iov_base {
-                negotiation.withLock {
-                    guard negotiation.initUnique == header.unique, negotiation.offered & UInt32(FUSE_HANDLE_KILLPRIV_V2) != 0 else { return }
+                negotiation.withLock { request in
+                    guard request.unique == header.unique, request.offered & UInt32(FUSE_HANDLE_KILLPRIV_V2) != 0 else { return }
                     var out = reply.load(as: fuse_init_out.self)
                     out.flags |= UInt32(FUSE_HANDLE_KILLPRIV_V2)
                     reply.storeBytes(of: out, as: fuse_init_out.self)
-                    negotiation.initUnique = 0
+                    request.unique = 0
                 }
             }
             return Glibc.writev(fd, iov, count)
@@ -47,12 +48,11 @@ enum KillPrivNegotiation {
     }
 }
 
-/// What the hooks share (C function pointers capture nothing): written when INIT arrives.
-private final class NegotiationState: @unchecked Sendable {
-    private let lock = Lock()
-    var initUnique: UInt64 = 0
-    var offered: UInt32 = 0
-    func withLock(_ body: () -> Void) { lock.withLock(body) }
+/// The INIT request the kernel sent: its unique ID and the flags it offered.
+private struct InitRequest: Sendable {
+    var unique: UInt64
+    var offered: UInt32
 }
 
-private let negotiation = NegotiationState()
+/// What the hooks share (C function pointers capture nothing): written when INIT arrives.
+private let negotiation = Mutex(InitRequest(unique: 0, offered: 0))

@@ -85,7 +85,7 @@ extension ControlRequest {
 extension ControlResponse: Error {}
 
 /// The state a `status` request reports.
-public struct GateStatus: Codable, Equatable {
+public struct GateStatus: Codable, Equatable, Sendable {
     public var state: String            // "locked" or "unlocked"
     public var since: String            // ISO 8601 time of the last change of state
     public var idleSeconds: Int64

@@ -7,13 +7,20 @@ import CofferVault
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
+/// Sendable, unchecked: `pending`, `idle` and `stopped` are guarded by `available`, an
+/// NSCondition because workers wait on it for a connection (a Synchronization.Mutex has
+/// no condition to wait on); `overflow` and `refusals` are touched only by the accepting
+/// thread; the listener is an atomic; everything else is a `let` of a Sendable type.
 public final class ControlServer: @unchecked Sendable {
     public let path: String
     private let owner: uid_t
     private let gate: Gate
     private let logger: Logger
-    private var listener: Int32 = -1
+    /// The listening socket (-1 before start and after stop): set by start and stop,
+    /// read by the accepting thread.
+    private let listener = Atomic<Int32>(-1)
 
     public init(path: String, owner: uid_t, gate: Gate,
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
@@ -46,7 +53,7 @@ public final class ControlServer: @unchecked Sendable {
             guard st.st_mode & S_IFMT == S_IFSOCK else { throw Errno(EEXIST, "\(path) exists and is not a socket") }
             unlink(path)  // stale: its daemon is gone
         }
-        listener = try UnixSocket.listen(at: path)
+        listener.store(try UnixSocket.listen(at: path), ordering: .releasing)
         for i in 0..<ControlProtocol.maxConnections {
             let worker = Thread { [self] in serveQueued() }
             worker.name = "coffer-control-\(i)"
@@ -67,10 +74,11 @@ public final class ControlServer: @unchecked Sendable {
         available.broadcast()
         available.unlock()
         queued.forEach { close($0) }
-        if listener >= 0 {
-            shutdown(listener, Int32(SHUT_RDWR))
-            close(listener)
-            listener = -1
+        let fd = listener.load(ordering: .acquiring)
+        if fd >= 0 {
+            shutdown(fd, Int32(SHUT_RDWR))
+            close(fd)
+            listener.store(-1, ordering: .releasing)
         }
         unlink(path)
     }
@@ -101,7 +109,7 @@ public final class ControlServer: @unchecked Sendable {
     /// Waits (poll) for new connections and for the requests of overflow connections.
     private func acceptLoop() {
         while true {
-            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0)]
+            var fds = [pollfd(fd: listener.load(ordering: .acquiring), events: Int16(POLLIN), revents: 0)]
                 + overflow.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             let timeout = overflow.map(\.deadline.remainingMilliseconds).min() ?? -1
             if poll(&fds, nfds_t(fds.count), timeout) < 0 && errno != EINTR { return }
@@ -119,7 +127,7 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Accepts one connection; false once the listener is closed (stop()).
     private func acceptOne() -> Bool {
-        let fd = accept(listener, nil, nil)
+        let fd = accept(listener.load(ordering: .acquiring), nil, nil)
         if fd < 0 {
             switch errno {
             case EINTR, ECONNABORTED, EAGAIN: return true

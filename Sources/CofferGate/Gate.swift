@@ -6,8 +6,9 @@ import CofferVault
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
-public final class Gate: @unchecked Sendable {
+public final class Gate: Sendable {
     /// What the gate needs from the mount it guards: to drop the kernel's caches.
     public struct KernelCaches: Sendable {
         /// Invalidate the cached pages and attributes of one node (writes back dirty pages).
@@ -24,39 +25,44 @@ public final class Gate: @unchecked Sendable {
 
     public let fs: PlainFileSystem
     public let mountpoint: String
-    public var socketPath = ""
+    public let socketPath: String
     public let idleLock: Int64?
     private let logger: Logger
-    private var caches: KernelCaches?
 
-    /// Serialises unlock and lock; guards the fields below.
-    private let lock = NSLock()
-    private var throttle = UnlockThrottle()
-    private var since = Date()
-    private var wiped = false
-    /// Set by `shutDown`: the daemon is ending, no unlock is accepted any more.
-    private var closed = false
+    private struct State: Sendable {
+        var caches: KernelCaches?
+        var throttle = UnlockThrottle()
+        var since = Date()
+        var wiped = false
+        /// Set by `shutDown`: the daemon is ending, no unlock is accepted any more.
+        var closed = false
+    }
+
+    /// Serialises unlock and lock and owns the state they change. First in the lock
+    /// order (see PlainFileSystem's `gate`).
+    private let serial = Mutex(State())
 
     private let derive: Vault.KeyDerivation
 
-    public init(fs: PlainFileSystem, mountpoint: String, idleLock: Int64?,
+    public init(fs: PlainFileSystem, mountpoint: String, socketPath: String = "", idleLock: Int64?,
                 derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess,
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
         self.fs = fs
         self.derive = derive
         self.mountpoint = mountpoint
+        self.socketPath = socketPath
         self.idleLock = idleLock
         self.logger = logger
     }
 
     /// Connects the gate to the mounted session's cache invalidation.
     public func attach(_ caches: KernelCaches) {
-        lock.withLock { self.caches = caches }
+        serial.withLock { $0.caches = caches }
     }
 
     /// Disconnects it (the session is gone: there is nothing left to invalidate).
     public func detach() {
-        lock.withLock { caches = nil }
+        serial.withLock { $0.caches = nil }
     }
 
     // MARK: Unlock
@@ -64,12 +70,14 @@ public final class Gate: @unchecked Sendable {
     /// Unwraps the master key with `secret` and opens the view. The vault's config is
     /// read anew each time (a passwd or a wipe may have changed it).
     public func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t) -> ControlResponse {
-        lock.lock()
-        defer { lock.unlock() }
-        if closed { return .failure(ControlError.failed, "the daemon is shutting down") }
-        if fs.isUnlocked { return .success("already unlocked", status: statusLocked()) }
-        if wiped { return .failure(ControlError.wiped, "the vault was wiped; it can never be unlocked again") }
-        let wait = throttle.retryAfter
+        serial.withLock { unlock(secret: secret, kind: kind, peer: peer, state: &$0) }
+    }
+
+    private func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t, state: inout State) -> ControlResponse {
+        if state.closed { return .failure(ControlError.failed, "the daemon is shutting down") }
+        if fs.isUnlocked { return .success("already unlocked", status: status(state)) }
+        if state.wiped { return .failure(ControlError.wiped, "the vault was wiped; it can never be unlocked again") }
+        let wait = state.throttle.retryAfter
         if wait > 0 {
             return .failure(ControlError.throttled, String(format: "too many failed attempts; try again in %.0f s", wait.rounded(.up)),
                             retryAfter: wait)
@@ -82,21 +90,21 @@ public final class Gate: @unchecked Sendable {
             case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
             }
             fs.unlock(master)
-            throttle.recordSuccess()
-            since = Date()
+            state.throttle.recordSuccess()
+            state.since = Date()
             logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
-            return .success("unlocked", status: statusLocked())
+            return .success("unlocked", status: status(state))
         } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
-            throttle.recordFailure()
-            logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(throttle.failures))")
+            state.throttle.recordFailure()
+            logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(state.throttle.failures))")
             return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
-                            error.description, retryAfter: throttle.retryAfter)
+                            error.description, retryAfter: state.throttle.retryAfter)
         } catch CryptoError.malformed(let what) where kind == .recoveryKey {
-            throttle.recordFailure()
-            logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(throttle.failures))")
-            return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: throttle.retryAfter)
+            state.throttle.recordFailure()
+            logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(state.throttle.failures))")
+            return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: state.throttle.retryAfter)
         } catch VaultError.notAVault {
-            wiped = true
+            state.wiped = true
             return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
         } catch let error as VaultError {
             // A damaged config is not a wrong secret: reported as such, not charged to the throttle.
@@ -117,10 +125,13 @@ public final class Gate: @unchecked Sendable {
     /// With `ifIdleFor`, locks only if no operation needed the keys for that many
     /// seconds (checked under the gate's lock, so an unlock in between wins).
     public func lock(reason: String, ifIdleFor idle: Int64? = nil) {
-        lock.lock()
-        defer { lock.unlock() }
+        serial.withLock { lock(reason: reason, ifIdleFor: idle, state: &$0) }
+    }
+
+    private func lock(reason: String, ifIdleFor idle: Int64?, state: inout State) {
         guard fs.isUnlocked else { return }
         if let idle, fs.idleSeconds < idle { return }
+        let caches = state.caches
         if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
         fs.lock()
         // Nodes the kernel learnt during step 1 are in this fresh list too. Every name it
@@ -130,14 +141,14 @@ public final class Gate: @unchecked Sendable {
         fs.forgetCachedEntries { parent, name in caches?.invalidateEntry(parent, name) }
         // Freed heap pages that held plaintext go back to the kernel (which zeroes them).
         Sys.releaseFreeMemory()
-        since = Date()
+        state.since = Date()
         logger.notice("locked (\(reason)); keys wiped")
     }
 
     /// Locks for good: the daemon is ending. An unlock that arrives afterwards (on a
     /// connection accepted before the control server stopped) is refused.
     public func shutDown() {
-        lock.withLock { closed = true }
+        serial.withLock { $0.closed = true }
         lock(reason: "unmounted")
     }
 
@@ -156,13 +167,13 @@ public final class Gate: @unchecked Sendable {
         thread.start()
     }
 
-    public func status() -> GateStatus { lock.withLock { statusLocked() } }
+    public func status() -> GateStatus { serial.withLock { status($0) } }
 
-    private func statusLocked() -> GateStatus {
+    private func status(_ state: State) -> GateStatus {
         let formatter = ISO8601DateFormatter()
-        return GateStatus(state: fs.isUnlocked ? "unlocked" : "locked", since: formatter.string(from: since),
-                          idleSeconds: fs.idleSeconds, idleLockSeconds: idleLock, failedAttempts: throttle.failures,
-                          retryAfter: throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
-                          formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: wiped)
+        return GateStatus(state: fs.isUnlocked ? "unlocked" : "locked", since: formatter.string(from: state.since),
+                          idleSeconds: fs.idleSeconds, idleLockSeconds: idleLock, failedAttempts: state.throttle.failures,
+                          retryAfter: state.throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
+                          formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped)
     }
 }

@@ -3,7 +3,7 @@
 import CofferVault
 import Glibc
 
-public struct UnlockThrottle {
+public struct UnlockThrottle: Sendable {
     /// Delay after the first failure, in seconds.
     public static let firstDelay = 1.0
     /// Longest delay, in seconds.

@@ -12,16 +12,16 @@
 // or truncate that fails (ENOSPC) puts back the slots it overwrote and the old size.
 import CofferCrypto
 import Glibc
+import Synchronization
 
 /// The file ID of one backing inode, cached once read; shared by all its open files.
-public final class FileIDCache: @unchecked Sendable {
-    private let lock = Lock()
-    private var id: FileID?
+public final class FileIDCache: Sendable {
+    private let id = Mutex<FileID?>(nil)
     public init() {}
 
     var fileID: FileID? {
-        get { lock.withLock { id } }
-        set { lock.withLock { id = newValue } }
+        get { id.withLock { $0 } }
+        set { id.withLock { $0 = newValue } }
     }
 }
 

@@ -4,16 +4,16 @@
 // each directory on the backing path up to the vault root gets its IV fsynced — once
 // per directory and daemon.
 import Glibc
+import Synchronization
 
-final class DurableDirectories: @unchecked Sendable {
+final class DurableDirectories: Sendable {
     private struct Key: Hashable {
         let dev: UInt64
         let ino: UInt64
         init(_ st: stat) { dev = UInt64(st.st_dev); ino = UInt64(st.st_ino) }
     }
 
-    private let lock = Lock()
-    private var synced: Set<Key> = []
+    private let synced = Mutex<Set<Key>>([])
 
     /// Makes the IVs of the directories from the one holding backing inode `fd` (or
     /// from `fd` itself, a directory) up to the vault root `root` durable. A file or
@@ -26,9 +26,9 @@ final class DurableDirectories: @unchecked Sendable {
             guard let dir = try? Sys.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else { return }
             defer { Sys.close(dir) }
             let key = Key(try Sys.stat(dir))
-            if !lock.withLock({ synced.contains(key) }) {
+            if !synced.withLock({ $0.contains(key) }) {
                 try DirectoryIV.sync(in: dir)
-                lock.withLock { _ = synced.insert(key) }
+                synced.withLock { _ = $0.insert(key) }
             }
             if path == rootPath { return }
             path = Self.parent(of: path)
@@ -36,7 +36,7 @@ final class DurableDirectories: @unchecked Sendable {
     }
 
     /// A directory is going away; its inode number may come back for a new one.
-    func forget(_ st: stat) { lock.withLock { _ = synced.remove(Key(st)) } }
+    func forget(_ st: stat) { synced.withLock { _ = $0.remove(Key(st)) } }
 
     private static func parent(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }

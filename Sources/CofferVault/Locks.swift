@@ -1,28 +1,16 @@
-// Locks wraps pthread mutexes and reader-writer locks for the plaintext view's nodes.
+// Locks wraps the pthread reader-writer lock for the plaintext view's nodes and the undo
+// journal. Plain mutual exclusion is Synchronization.Mutex everywhere; this exists only
+// because Synchronization has no reader-writer lock and coffer needs writer preference.
 import CLinux
 import Glibc
-
-/// A mutual-exclusion lock (pthread_mutex).
-public final class Lock: @unchecked Sendable {
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-
-    public init() { pthread_mutex_init(mutex, nil) }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    public func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body()
-    }
-}
 
 /// A reader-writer lock (pthread_rwlock): many readers or one writer. A waiting writer
 /// goes before readers that arrive after it (glibc's default lets a stream of readers
 /// starve writers), so readers must never take the same lock twice on one thread.
+///
+/// Sendable, unchecked: the pthread_rwlock_t lives at a fixed heap address for the
+/// object's lifetime (never moved, as pthread requires) and is only touched through
+/// pthread calls, which are thread-safe by definition.
 public final class ReadWriteLock: @unchecked Sendable {
     private let lock = UnsafeMutablePointer<pthread_rwlock_t>.allocate(capacity: 1)
 

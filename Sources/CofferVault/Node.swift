@@ -1,8 +1,9 @@
-// Node is one backing inode the kernel knows about: an O_PATH descriptor, its lookup
-// count, and the per-inode state shared by every open file of it.
+// Node is one backing inode the kernel knows about: an O_PATH descriptor and the
+// per-inode state shared by every open file of it (its lookup count is the NodeTable's).
 import Glibc
+import Synchronization
 
-public final class Node: @unchecked Sendable {
+public final class Node: Sendable {
     /// O_PATH descriptor of the backing inode; every operation is relative to it.
     let fd: Int32
     let dev: UInt64
@@ -10,28 +11,27 @@ public final class Node: @unchecked Sendable {
     /// File type bits (S_IFMT) of the backing inode.
     let type: mode_t
 
-    /// Kernel lookup count; guarded by the NodeTable's lock.
-    var lookups: UInt64 = 0
-    /// When the node was last entered (NodeTable tick); guarded by the NodeTable's lock.
-    var lastEntered: UInt64 = 0
-
-    /// Serialises content writes and truncates against reads of this inode.
+    /// Serialises content writes and truncates against reads of this inode. Lock order:
+    /// see PlainFileSystem's `gate`.
     let content = ReadWriteLock()
     /// The content file ID, shared by every open file of this inode; guarded by `content`.
     let fileIDs = FileIDCache()
     /// Blocks written since this inode's last fsync (their rewrites need no durable undo record).
     let volatileBlocks = VolatileBlocks()
 
-    /// Guards `dirIV`, `parent` and `name`.
-    private let stateLock = Lock()
-    private var cachedDirIV: [UInt8]?
-    /// True once a regular file was checked for blocks a crash tore (UndoJournal).
-    private var crashChecked = false
-    /// Last known parent and plaintext name, only for naming the file in damage reports.
-    private var parent: Node?
-    private var name: [UInt8] = []
-    /// Names the kernel may cache in this directory; made on first use.
-    private var cachedNames: EntryNames?
+    private struct State: Sendable {
+        var cachedDirIV: [UInt8]?
+        /// True once a regular file was checked for blocks a crash tore (UndoJournal).
+        var crashChecked = false
+        /// Last known parent and plaintext name, only for naming the file in damage reports.
+        var parent: Node?
+        var name: [UInt8] = []
+        /// Names the kernel may cache in this directory; made on first use.
+        var cachedNames: EntryNames?
+    }
+
+    /// The node's mutable state; a leaf lock (nothing is taken under it).
+    private let state = Mutex(State())
 
     init(fd: Int32, stat st: stat) {
         self.fd = fd
@@ -51,55 +51,55 @@ public final class Node: @unchecked Sendable {
 
     /// The directory IV, read once from the backing directory and then cached.
     func directoryIV() throws -> [UInt8] {
-        if let iv = stateLock.withLock({ cachedDirIV }) { return iv }
+        if let iv = state.withLock({ $0.cachedDirIV }) { return iv }
         let iv = try DirectoryIV.read(in: fd)
-        stateLock.withLock { cachedDirIV = iv }
+        state.withLock { $0.cachedDirIV = iv }
         return iv
     }
 
     /// Marks the file as checked after a crash; false if it already was.
     func markCrashChecked() -> Bool {
-        stateLock.withLock {
-            defer { crashChecked = true }
-            return !crashChecked
+        state.withLock { state in
+            defer { state.crashChecked = true }
+            return !state.crashChecked
         }
     }
 
-    func setDirectoryIV(_ iv: [UInt8]) { stateLock.withLock { cachedDirIV = iv } }
+    func setDirectoryIV(_ iv: [UInt8]) { state.withLock { $0.cachedDirIV = iv } }
 
     /// Records that the kernel may cache an entry (positive or negative) `name` here.
     func rememberEntry(_ name: [UInt8]) {
-        stateLock.withLock {
-            if cachedNames == nil { cachedNames = EntryNames() }
-            return cachedNames!
+        state.withLock { state in
+            if state.cachedNames == nil { state.cachedNames = EntryNames() }
+            return state.cachedNames!
         }.insert(name)
     }
 
     /// Hands over the names the kernel may cache here, and starts a new record.
     func takeCachedNames() -> EntryNames? {
-        stateLock.withLock {
-            defer { cachedNames = nil }
-            return cachedNames
+        state.withLock { state in
+            defer { state.cachedNames = nil }
+            return state.cachedNames
         }
     }
 
     /// The last known (parent, name), if any.
     var entry: (parent: Node, name: [UInt8])? {
-        stateLock.withLock { parent.map { ($0, name) } }
+        state.withLock { state in state.parent.map { ($0, state.name) } }
     }
 
     func forgetName() {
-        stateLock.withLock {
-            for i in name.indices { name[i] = 0 }
-            name = []
-            parent = nil
+        state.withLock { state in
+            for i in state.name.indices { state.name[i] = 0 }
+            state.name = []
+            state.parent = nil
         }
     }
 
     func setName(_ name: [UInt8], parent: Node?) {
-        stateLock.withLock {
-            self.name = name
-            self.parent = parent
+        state.withLock { state in
+            state.name = name
+            state.parent = parent
         }
     }
 
@@ -109,7 +109,7 @@ public final class Node: @unchecked Sendable {
         var node: Node? = self
         var depth = 0
         while let current = node, depth < 256 {
-            let (name, parent) = current.stateLock.withLock { (current.name, current.parent) }
+            let (name, parent) = current.state.withLock { ($0.name, $0.parent) }
             if parent == nil { break }
             parts.append(String(decoding: name, as: UTF8.self))
             node = parent

@@ -6,30 +6,50 @@
 // the least recently entered names to be invalidated in the kernel, which then forgets
 // those inodes and the table shrinks again.
 import Glibc
+import Synchronization
 
-final class NodeTable: @unchecked Sendable {
+final class NodeTable: Sendable {
     /// The kernel's fixed ID of the mount root (FUSE_ROOT_ID).
     static let rootID: UInt64 = 1
 
     let root: Node
-    private let lock = Lock()
-    private var byInode: [InodeKey: Node] = [:]
-    /// Entering order: each remember() stamps the node with the next tick (LRU).
-    private var tick: UInt64 = 0
     /// Nodes above which onPressure is called (set from the descriptor limit).
-    var pressureThreshold = Int.max
-    /// Called (outside the lock, at most once until `relieved()`) when the table is too big.
-    var onPressure: (@Sendable () -> Void)?
-    private var pressureReported = false
+    let pressureThreshold: Int
+    /// The table, the lookup counts and the pressure state. Lock order: see
+    /// PlainFileSystem's `gate`; only a Node's own state is taken under this lock.
+    private let table: Mutex<Table>
 
     struct InodeKey: Hashable {
         let dev: UInt64
         let ino: UInt64
     }
 
-    init(root: Node) {
+    private struct Known: Sendable {
+        let node: Node
+        /// Kernel lookup count.
+        var lookups: UInt64
+        /// When the node was last entered (LRU tick).
+        var lastEntered: UInt64
+    }
+
+    private struct Table: Sendable {
+        var byInode: [InodeKey: Known] = [:]
+        /// Entering order: each remember() stamps the node with the next tick (LRU).
+        var tick: UInt64 = 0
+        /// Called (outside the lock, at most once until `relieved()`) when the table is too big.
+        var onPressure: (@Sendable () -> Void)?
+        var pressureReported = false
+    }
+
+    init(root: Node, pressureThreshold: Int = .max) {
         self.root = root
-        root.lookups = 1
+        self.pressureThreshold = pressureThreshold
+        table = Mutex(Table())
+    }
+
+    /// Sets the handler called when the table grows past `pressureThreshold`.
+    func onPressure(_ handler: @escaping @Sendable () -> Void) {
+        table.withLock { $0.onPressure = handler }
     }
 
     /// The kernel's ID for `node`: the object's address (unique while it is alive).
@@ -44,39 +64,48 @@ final class NodeTable: @unchecked Sendable {
         return Unmanaged<Node>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(id))!).takeUnretainedValue()
     }
 
+    /// The kernel's lookup count of node `id` (the root's is always 1).
+    func lookups(_ id: UInt64) -> UInt64 {
+        if id == Self.rootID { return 1 }
+        let node = node(id)
+        return table.withLock { table in
+            guard let known = table.byInode[InodeKey(dev: node.dev, ino: node.ino)], known.node === node else { return 0 }
+            return known.lookups
+        }
+    }
+
     /// Registers one more kernel reference to the backing inode that `fd` (an O_PATH
     /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already known.
     func remember(fd: Int32, stat st: stat) -> Node {
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
-        var report = false
-        let node: Node = lock.withLock {
-            tick += 1
-            if let known = byInode[key] {
+        let threshold = pressureThreshold
+        let (node, report): (Node, (@Sendable () -> Void)?) = table.withLock { table in
+            table.tick += 1
+            if var known = table.byInode[key] {
                 known.lookups += 1
-                known.lastEntered = tick
+                known.lastEntered = table.tick
+                table.byInode[key] = known
                 Sys.close(fd)
-                return known
+                return (known.node, nil)
             }
             let node = Node(fd: fd, stat: st)
-            node.lookups = 1
-            node.lastEntered = tick
-            byInode[key] = node
-            if byInode.count > pressureThreshold && !pressureReported {
-                pressureReported = true
-                report = true
+            table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
+            if table.byInode.count > threshold && !table.pressureReported {
+                table.pressureReported = true
+                return (node, table.onPressure)
             }
-            return node
+            return (node, nil)
         }
-        if report { onPressure?() }
+        report?()
         return node
     }
 
     /// The relief asked for by onPressure is done: report pressure again when it returns.
-    func relieved() { lock.withLock { pressureReported = false } }
+    func relieved() { table.withLock { $0.pressureReported = false } }
 
     /// (parent, name) of the `count` least recently entered nodes with a known name.
     func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] {
-        let candidates = lock.withLock { byInode.values.map { ($0.lastEntered, $0) } }
+        let candidates = table.withLock { $0.byInode.values.map { ($0.lastEntered, $0.node) } }
         return candidates.sorted { $0.0 < $1.0 }.lazy.compactMap { _, node in
             node.entry.map { (self.id(of: $0.parent), $0.name) }
         }.prefix(count).map { $0 }
@@ -86,26 +115,28 @@ final class NodeTable: @unchecked Sendable {
     func forget(_ id: UInt64, count: UInt64) {
         guard id != Self.rootID else { return }
         let node = node(id)
-        lock.withLock {
-            node.lookups -= min(count, node.lookups)
-            if node.lookups == 0 { byInode[InodeKey(dev: node.dev, ino: node.ino)] = nil }
+        let key = InodeKey(dev: node.dev, ino: node.ino)
+        table.withLock { table in
+            guard var known = table.byInode[key], known.node === node else { return }
+            known.lookups -= min(count, known.lookups)
+            table.byInode[key] = known.lookups == 0 ? nil : known
         }
     }
 
     /// Every node the kernel currently holds (for cache invalidation at lock time).
     func allIDs() -> [UInt64] {
-        lock.withLock { byInode.values.map { id(of: $0) } } + [Self.rootID]
+        table.withLock { $0.byInode.values.map { id(of: $0.node) } } + [Self.rootID]
     }
 
-    var count: Int { lock.withLock { byInode.count } }
+    var count: Int { table.withLock { $0.byInode.count } }
 
     /// Every node, the root included.
     func allNodes() -> [Node] {
-        lock.withLock { Array(byInode.values) } + [root]
+        table.withLock { $0.byInode.values.map(\.node) } + [root]
     }
 
     /// Drops every plaintext name kept for damage reports (at lock time).
     func forgetNames() {
-        lock.withLock { byInode.values.forEach { $0.forgetName() } }
+        table.withLock { $0.byInode.values.forEach { $0.node.forgetName() } }
     }
 }

@@ -72,7 +72,7 @@ extension PlainFileSystem {
                 throw error
             }
             let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
-            if dropped { onAttributesChanged(id) }
+            if dropped { attributesChanged(id) }
             return handle
         }
     }
@@ -144,7 +144,7 @@ extension PlainFileSystem {
                                     safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
-            if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { onAttributesChanged(nodes.id(of: file.node)) }
+            if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { attributesChanged(nodes.id(of: file.node)) }
             return data.count
         }
     }

@@ -11,8 +11,12 @@ import Glibc
 import Logging
 import Synchronization
 
+/// Sendable, unchecked for one reason: `keys` and `inFlight` are guarded by `gate`, an
+/// NSCondition, because `lock()` must wait for the in-flight count to drain (a
+/// Synchronization.Mutex has no condition to wait on). Every other stored property is
+/// a `let` of a Sendable type.
 public final class PlainFileSystem: @unchecked Sendable {
-    public struct Options {
+    public struct Options: Sendable {
         /// chown new entries to the calling user (a root daemon serving other users).
         public var preserveOwner = false
         public init(preserveOwner: Bool = false) { self.preserveOwner = preserveOwner }
@@ -59,18 +63,34 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
     /// Guards `keys` and `inFlight`; `lock()` waits on it for operations in flight.
+    ///
+    /// Lock order, the one place it is written (each lock is taken only after those
+    /// before it on its line, never the other way round):
+    ///
+    ///     locking:  Gate.serial → PlainFileSystem.gate → NodeTable.table → Node.state
+    ///     workers:  PlainFileSystem.gate (only to take or give back an in-flight slot;
+    ///               not held during the operation) → Node.content (R or W)
+    ///               → UndoJournal.rewrites (R) → UndoJournal.lock;
+    ///               Node.content → FileIDCache, VolatileBlocks
+    ///
+    /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
+    /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
+    /// Node.state may be taken with or without Node.content held. The "(R)" of the fs
+    /// gate in issue 12 is this in-flight slot: `lock()` holds the gate and waits (up to
+    /// `lockWaitBound`) for the slots to drain, which is what excludes workers.
     private let gate = NSCondition()
     private var keys: Keys?
     /// Operations running with the keys.
     private var inFlight = 0
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
-    public var lockWaitBound = 2.0
+    public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
     /// as in tests).
     public let logger: Logger
     /// Called when a node's attributes changed in a way the reply to the request does
-    /// not show (setuid dropped by a write): the kernel must fetch them again.
-    public var onAttributesChanged: @Sendable (UInt64) -> Void = { _ in }
+    /// not show (setuid dropped by a write): the kernel must fetch them again. Set by the
+    /// bridge once its session exists (which needs this object first).
+    private let attributesChangedHook = Mutex<@Sendable (UInt64) -> Void>({ _ in })
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
@@ -80,16 +100,17 @@ public final class PlainFileSystem: @unchecked Sendable {
         self.options = options
         self.logger = logger
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
-        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)))
+        // Keep well below the descriptor limit: descriptors are also needed for open files.
+        var threshold = Int.max
+        var limit = rlimit()
+        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
+            threshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
+        }
+        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)), pressureThreshold: threshold)
         do {
             journal = try UndoJournal(directory: fd)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
             journal = nil
-        }
-        // Keep well below the descriptor limit: descriptors are also needed for open files.
-        var limit = rlimit()
-        if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
-            nodes.pressureThreshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
         }
     }
 
@@ -99,9 +120,18 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Called, from a request thread, when the table grows past its threshold; the
     /// handler must not invalidate from that thread (the kernel may hold the directory
     /// lock of the request) but hand the work to another and call `relievedNodePressure`.
-    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure = handler }
+    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure(handler) }
 
     public func relievedNodePressure() { nodes.relieved() }
+
+    /// Sets what is called when a node's attributes changed in a way the reply to the
+    /// request does not show (setuid dropped by a write): the kernel must fetch them again.
+    public func onAttributesChanged(_ handler: @escaping @Sendable (UInt64) -> Void) {
+        attributesChangedHook.withLock { $0 = handler }
+    }
+
+    /// Calls the hook set by `onAttributesChanged` (outside its lock).
+    func attributesChanged(_ node: UInt64) { attributesChangedHook.withLock { $0 }(node) }
 
     /// The least recently entered names, to invalidate in the kernel under pressure.
     public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
@@ -269,7 +299,7 @@ public final class PlainFileSystem: @unchecked Sendable {
             }
             guard !restored.isEmpty else { return entry }
             logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
-            onAttributesChanged(entry.node)
+            attributesChanged(entry.node)
             return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd))
         } catch {
             logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")

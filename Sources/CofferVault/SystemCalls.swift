@@ -149,7 +149,7 @@ public enum Sys {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = try retryOnInterrupt("readlinkat") { Glibc.readlinkat(dir, name, &buffer, buffer.count - 1) }
         buffer[n] = 0
-        return String(cString: buffer)
+        return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
     /// Opens a backing file that coffer reads itself (config, directory IV, long-name

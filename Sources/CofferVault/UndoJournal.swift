@@ -12,8 +12,9 @@
 // still carries the old or the new nonce of its newest record is put back from it.
 import CofferCrypto
 import Glibc
+import Synchronization
 
-public final class UndoJournal: @unchecked Sendable {
+public final class UndoJournal: Sendable {
     public static let fileName = "coffer.journal"
     static let magic = Array("cofferU1".utf8)
     /// Bytes before the old slot: magic 8 ‖ file ID 16 ‖ u64 block ‖ u64 sequence ‖
@@ -31,7 +32,7 @@ public final class UndoJournal: @unchecked Sendable {
     /// One rewrite: block `block` of file `fileID` held `oldLength` plaintext bytes in
     /// the slot `sealed` (nonce ‖ ciphertext ‖ tag, all zeros for a hole) and is being
     /// replaced by a slot that starts with `newNonce`.
-    public struct Record {
+    public struct Record: Sendable {
         public let fileID: FileID
         public let block: Int64
         public let oldLength: Int
@@ -78,47 +79,66 @@ public final class UndoJournal: @unchecked Sendable {
     }
 
     private let directory: Int32
-    private let lock = Lock()
     /// Readers: a recorded rewrite, from its records to the end of its pwrite.
-    /// Writer: dropping records, which must meet no rewrite half done.
+    /// Writer: dropping records, which must meet no rewrite half done. Taken before
+    /// `state` (lock order: see PlainFileSystem's `gate`).
     private let rewrites = ReadWriteLock()
-    // Guarded by `lock`:
-    private var fd: Int32
-    /// End of the durable records.
-    private var size: Int64 = 0
-    private var nextRingSlot = 0
-    private var sequence: UInt64 = 1
-    /// Records on the disk, counted per file and block: a rewrite of such a block is
-    /// always recorded, so that the newest record of a block describes its last rewrite.
-    /// A ring record stops counting when its slot is reused, so this stays small.
-    private var recorded: [FileID: [Int64: Int]] = [:]
-    /// What each ring slot holds.
-    private var ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: ringSlots)
-    /// Records found at open (left by an earlier daemon), newest per block, until each
-    /// file has been checked: they are what a crash may need.
-    private var pending: [FileID: [Int64: Record]] = [:]
+
+    private struct State: Sendable {
+        var fd: Int32
+        /// End of the durable records.
+        var size: Int64 = 0
+        var nextRingSlot = 0
+        var sequence: UInt64 = 1
+        /// Records on the disk, counted per file and block: a rewrite of such a block is
+        /// always recorded, so that the newest record of a block describes its last rewrite.
+        /// A ring record stops counting when its slot is reused, so this stays small.
+        var recorded: [FileID: [Int64: Int]] = [:]
+        /// What each ring slot holds.
+        var ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: UndoJournal.ringSlots)
+        /// Records found at open (left by an earlier daemon), newest per block, until each
+        /// file has been checked: they are what a crash may need.
+        var pending: [FileID: [Int64: Record]] = [:]
+
+        init(fd: Int32) { self.fd = fd }
+
+        /// Counts a record of `block` of `fileID` in (+1) or out (-1).
+        mutating func count(_ fileID: FileID, _ block: Int64, _ delta: Int) {
+            let n = (recorded[fileID]?[block] ?? 0) + delta
+            if n > 0 {
+                recorded[fileID, default: [:]][block] = n
+            } else {
+                recorded[fileID]?[block] = nil
+                if recorded[fileID]?.isEmpty == true { recorded[fileID] = nil }
+            }
+        }
+    }
+
+    /// The journal file and what is known of its records; a leaf lock.
+    private let state: Mutex<State>
 
     /// Opens (or creates) the journal of the vault whose root directory is `directory`.
     /// Never follows or blocks on something planted in its place.
     public init(directory: Int32, readOnly: Bool = false) throws {
         self.directory = directory
         let file = try Self.openFile(in: directory, readOnly: readOnly)
-        fd = file
+        var state = State(fd: file)
         let records = Int(try Sys.stat(file).st_size) / Self.recordSize
         var buffer = [UInt8](repeating: 0, count: Self.recordSize)
         for i in 0..<records {
             let n = try buffer.withUnsafeMutableBytes { try Sys.readFully(file, into: $0, at: Int64(i * Self.recordSize)) }
             guard n == Self.recordSize, let record = Record(parsing: buffer) else { continue }
-            sequence = max(sequence, record.sequence + 1)
-            count(record.fileID, record.block, +1)
-            if i < Self.ringSlots { ring[i] = (record.fileID, record.block) }
-            if let newer = pending[record.fileID]?[record.block], newer.sequence > record.sequence { continue }
-            pending[record.fileID, default: [:]][record.block] = record
+            state.sequence = max(state.sequence, record.sequence + 1)
+            state.count(record.fileID, record.block, +1)
+            if i < Self.ringSlots { state.ring[i] = (record.fileID, record.block) }
+            if let newer = state.pending[record.fileID]?[record.block], newer.sequence > record.sequence { continue }
+            state.pending[record.fileID, default: [:]][record.block] = record
         }
-        size = Int64(max(records, Self.ringSlots) * Self.recordSize)
+        state.size = Int64(max(records, Self.ringSlots) * Self.recordSize)
+        self.state = Mutex(state)
     }
 
-    deinit { Sys.close(fd) }
+    deinit { Sys.close(state.withLock { $0.fd }) }
 
     private static func openFile(in directory: Int32, readOnly: Bool) throws -> Int32 {
         do {
@@ -129,33 +149,22 @@ public final class UndoJournal: @unchecked Sendable {
     }
 
     /// True while records of an earlier daemon wait for their files to be checked.
-    public var hasPending: Bool { lock.withLock { !pending.isEmpty } }
+    public var hasPending: Bool { state.withLock { !$0.pending.isEmpty } }
 
     /// The records of an earlier daemon for `fileID`, newest per block.
-    public func pendingRecords(_ fileID: FileID) -> [Int64: Record] { lock.withLock { pending[fileID] ?? [:] } }
+    public func pendingRecords(_ fileID: FileID) -> [Int64: Record] { state.withLock { $0.pending[fileID] ?? [:] } }
 
     /// The file was checked (and repaired if it needed it): its pending records are done.
-    public func checked(_ fileID: FileID) { lock.withLock { _ = pending.removeValue(forKey: fileID) } }
+    public func checked(_ fileID: FileID) { state.withLock { _ = $0.pending.removeValue(forKey: fileID) } }
 
     /// The blocks of `fileID` that have a record (a rewrite of them always needs one).
-    public func recordedBlocks(_ fileID: FileID) -> Dictionary<Int64, Int>.Keys? { lock.withLock { recorded[fileID]?.keys } }
-
-    /// Counts a record of `block` of `fileID` in (+1) or out (-1); guarded by `lock`.
-    private func count(_ fileID: FileID, _ block: Int64, _ delta: Int) {
-        let n = (recorded[fileID]?[block] ?? 0) + delta
-        if n > 0 {
-            recorded[fileID, default: [:]][block] = n
-        } else {
-            recorded[fileID]?[block] = nil
-            if recorded[fileID]?.isEmpty == true { recorded[fileID] = nil }
-        }
-    }
+    public func recordedBlocks(_ fileID: FileID) -> Dictionary<Int64, Int>.Keys? { state.withLock { $0.recorded[fileID]?.keys } }
 
     /// Runs a recorded rewrite — `body` appends its records, then writes the slots —
     /// so that dropping records never meets it half done.
     public func rewriting<R>(_ body: () throws -> R) rethrows -> R {
         let result = try rewrites.reading(body)
-        if lock.withLock({ size > Self.trimThreshold }) { try? trim() }
+        if state.withLock({ $0.size > Self.trimThreshold }) { try? trim() }
         return result
     }
 
@@ -164,24 +173,25 @@ public final class UndoJournal: @unchecked Sendable {
     public func append(_ records: [Record], durable: Bool) throws {
         guard !records.isEmpty else { return }
         var records = records
-        let (file, offset) = lock.withLock { () -> (Int32, Int64) in
+        let (numbered, file, offset) = state.withLock { state -> ([Record], Int32, Int64) in
             for i in records.indices {
-                records[i].sequence = sequence
-                sequence += 1
-                count(records[i].fileID, records[i].block, +1)
+                records[i].sequence = state.sequence
+                state.sequence += 1
+                state.count(records[i].fileID, records[i].block, +1)
             }
             if durable {
-                defer { size += Int64(records.count * Self.recordSize) }
-                return (fd, size)
+                defer { state.size += Int64(records.count * Self.recordSize) }
+                return (records, state.fd, state.size)
             }
-            if nextRingSlot + records.count > Self.ringSlots { nextRingSlot = 0 }
+            if state.nextRingSlot + records.count > Self.ringSlots { state.nextRingSlot = 0 }
             for (i, record) in records.enumerated() {
-                if let old = ring[nextRingSlot + i] { count(old.fileID, old.block, -1) }
-                ring[nextRingSlot + i] = (record.fileID, record.block)
+                if let old = state.ring[state.nextRingSlot + i] { state.count(old.fileID, old.block, -1) }
+                state.ring[state.nextRingSlot + i] = (record.fileID, record.block)
             }
-            defer { nextRingSlot += records.count }
-            return (fd, Int64(nextRingSlot * Self.recordSize))
+            defer { state.nextRingSlot += records.count }
+            return (records, state.fd, Int64(state.nextRingSlot * Self.recordSize))
         }
+        records = numbered
         let bytes = records.flatMap(\.encoded)
         try bytes.withUnsafeBytes { try Sys.writeFully(file, $0, at: offset) }
         if durable { try retryOnInterrupt("fdatasync") { fdatasync(file) } }
@@ -192,25 +202,25 @@ public final class UndoJournal: @unchecked Sendable {
     /// other record can be needed any more.
     public func trim(keepingPending: Bool = true) throws {
         try rewrites.writing {
-            try Sys.syncFileSystem(lock.withLock { fd })
-            let kept = lock.withLock { () -> [Record] in
-                if !keepingPending { pending = [:] }
-                return pending.values.flatMap { $0.values }
+            try Sys.syncFileSystem(state.withLock { $0.fd })
+            let kept = state.withLock { state -> [Record] in
+                if !keepingPending { state.pending = [:] }
+                return state.pending.values.flatMap { $0.values }
             }
             let bytes = [UInt8](repeating: 0, count: Self.ringSlots * Self.recordSize) + kept.flatMap(\.encoded)
             if !kept.isEmpty {
                 // Written aside and renamed over, so that a crash keeps one whole copy.
                 try AtomicFile.write(bytes, to: Self.fileName, in: directory, mode: 0o600)
                 let new = try Self.openFile(in: directory, readOnly: false)
-                lock.withLock { Sys.close(fd); fd = new }
+                state.withLock { Sys.close($0.fd); $0.fd = new }
             } else {
-                try Sys.truncate(lock.withLock { fd }, to: 0)
+                try Sys.truncate(state.withLock { $0.fd }, to: 0)
             }
-            lock.withLock {
-                size = Int64(bytes.count)
-                nextRingSlot = 0
-                ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: Self.ringSlots)
-                recorded = pending.mapValues { $0.mapValues { _ in 1 } }
+            state.withLock { state in
+                state.size = Int64(bytes.count)
+                state.nextRingSlot = 0
+                state.ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: Self.ringSlots)
+                state.recorded = state.pending.mapValues { $0.mapValues { _ in 1 } }
             }
         }
     }

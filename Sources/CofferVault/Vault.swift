@@ -3,18 +3,22 @@
 import CofferCrypto
 import Foundation
 import Glibc
+import Synchronization
 
-public final class Vault {
+public final class Vault: Sendable {
     /// The backing directory as given by the user.
     public let path: String
     /// An open descriptor of the backing directory (O_PATH | O_DIRECTORY).
     public let rootFD: Int32
-    public private(set) var config: VaultConfig
+    /// The config as last read or written; `changePassphrase` replaces it while a
+    /// mount's threads may read it, hence the Mutex (a leaf lock).
+    private let currentConfig: Mutex<VaultConfig>
+    public var config: VaultConfig { currentConfig.withLock { $0 } }
 
     private init(path: String, rootFD: Int32, config: VaultConfig) {
         self.path = path
         self.rootFD = rootFD
-        self.config = config
+        self.currentConfig = Mutex(config)
     }
 
     deinit { Sys.close(rootFD) }
@@ -121,7 +125,7 @@ public final class Vault {
     /// The run-time keys of this vault (`checkCipherAvailable` first).
     public func keys(from master: MasterKey) -> KeySet { KeySet(master: master, content: config.contentAlgorithm) }
 
-    public typealias KeyDerivation = (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
+    public typealias KeyDerivation = @Sendable (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
 
     /// Argon2id in this process.
     public static let deriveInProcess: KeyDerivation = { try PassphraseKDF.deriveKey(passphrase: $0, salt: $1, parameters: $2) }
@@ -148,6 +152,7 @@ public final class Vault {
     /// Re-wraps the passphrase slot under `newPassphrase` and replaces the config
     /// atomically. Content is not re-encrypted; the recovery slot is kept as it is.
     public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes) throws {
+        let config = self.config
         let salt = try Base64URL.decode(config.kdf.salt)
         let key = try PassphraseKDF.deriveKey(passphrase: newPassphrase, salt: salt, parameters: config.kdf.parameters)
         defer { key.wipe() }
@@ -159,6 +164,6 @@ public final class Vault {
         // A copy left by an interrupted passwd opens with the passphrase it was made for.
         try removeStaleConfigCopies()
         try updated.save(in: rootFD)
-        config = updated
+        currentConfig.withLock { $0 = updated }
     }
 }

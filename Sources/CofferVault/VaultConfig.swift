@@ -4,7 +4,7 @@
 import CofferCrypto
 import Foundation
 
-public struct VaultConfig: Codable, Equatable {
+public struct VaultConfig: Codable, Equatable, Sendable {
     /// Name of the config file at the root of the backing directory.
     public static let fileName = "coffer.conf"
     /// The newest format version this build writes (docs/FORMAT.md).
@@ -26,7 +26,7 @@ public struct VaultConfig: Codable, Equatable {
     /// vault is made to refuse it.
     public static func defaultFormat(for cipher: ContentAlgorithm) -> Int { max(2, minimumFormat(for: cipher)) }
 
-    public struct KDF: Codable, Equatable {
+    public struct KDF: Codable, Equatable, Sendable {
         public var algorithm: String
         public var opsLimit: UInt64
         public var memLimit: UInt64
@@ -36,7 +36,7 @@ public struct VaultConfig: Codable, Equatable {
         public var parameters: KDFParameters { KDFParameters(opsLimit: opsLimit, memLimit: memLimit) }
     }
 
-    public struct KeySlot: Codable, Equatable {
+    public struct KeySlot: Codable, Equatable, Sendable {
         /// "passphrase" or "recovery".
         public var kind: String
         /// base64url of nonce ‖ sealed master key ‖ tag.

@@ -1,22 +1,22 @@
 // VolatileBlocks remembers which blocks of one backing inode were written since its
 // last fsync in this daemon: their bytes were never made durable, so rewriting them
 // needs no durable undo record (UndoJournal). Anything it does not know is durable.
-public final class VolatileBlocks: @unchecked Sendable {
+import Synchronization
+
+public final class VolatileBlocks: Sendable {
     /// Disjoint, sorted, inclusive block ranges. Past `maxRanges` the lowest range is
     /// forgotten, which only makes its blocks count as durable again (safe, dearer).
-    private var ranges: [ClosedRange<Int64>] = []
+    private let ranges = Mutex<[ClosedRange<Int64>]>([])
     private static let maxRanges = 64
-    private let lock = Lock()
-
     public init() {}
 
     public func contains(_ block: Int64) -> Bool {
-        lock.withLock { ranges.contains { $0.contains(block) } }
+        ranges.withLock { $0.contains { $0.contains(block) } }
     }
 
     /// Blocks `range` were written and not synced.
     public func insert(_ range: ClosedRange<Int64>) {
-        lock.withLock {
+        ranges.withLock { ranges in
             var merged = range
             ranges.removeAll { other in
                 guard other.lowerBound <= merged.upperBound + 1 && merged.lowerBound <= other.upperBound + 1 else { return false }
@@ -31,7 +31,7 @@ public final class VolatileBlocks: @unchecked Sendable {
 
     /// Blocks `range` reached the disk (a synchronous write).
     public func remove(_ range: ClosedRange<Int64>) {
-        lock.withLock {
+        ranges.withLock { ranges in
             ranges = ranges.flatMap { other -> [ClosedRange<Int64>] in
                 guard other.overlaps(range) else { return [other] }
                 var rest: [ClosedRange<Int64>] = []
@@ -43,5 +43,5 @@ public final class VolatileBlocks: @unchecked Sendable {
     }
 
     /// The file was fsynced: every block is durable.
-    public func removeAll() { lock.withLock { ranges.removeAll() } }
+    public func removeAll() { ranges.withLock { $0.removeAll() } }
 }

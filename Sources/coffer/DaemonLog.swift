@@ -6,16 +6,18 @@
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
-final class DaemonLog: @unchecked Sendable {
-    enum Destination {
+final class DaemonLog: Sendable {
+    enum Destination: Sendable {
         case standardError
         case file(Int32)
         case syslog
     }
 
     private let destination: Destination
-    private let lock = NSLock()
+    /// Serialises writes, so that lines from worker threads never interleave.
+    private let writing = Mutex(())
 
     init(destination: Destination) {
         self.destination = destination
@@ -50,16 +52,16 @@ final class DaemonLog: @unchecked Sendable {
 
     /// Writes one line; `priority` is the syslog priority (only syslog records it).
     func write(_ message: String, priority: Int32 = LOG_NOTICE) {
-        lock.lock()
-        defer { lock.unlock() }
-        switch destination {
-        case .standardError:
-            FileHandleStandardError.write("coffer[\(getpid())]: \(message)\n")
-        case .file(let fd):
-            var line = "coffer[\(getpid())]: \(message)\n"
-            line.withUTF8 { _ = Glibc.write(fd, $0.baseAddress, $0.count) }
-        case .syslog:
-            withVaList([message]) { vsyslog(priority, "%s", $0) }
+        writing.withLock { _ in
+            switch destination {
+            case .standardError:
+                FileHandleStandardError.write("coffer[\(getpid())]: \(message)\n")
+            case .file(let fd):
+                var line = "coffer[\(getpid())]: \(message)\n"
+                line.withUTF8 { _ = Glibc.write(fd, $0.baseAddress, $0.count) }
+            case .syslog:
+                withVaList([message]) { vsyslog(priority, "%s", $0) }
+            }
         }
     }
 }

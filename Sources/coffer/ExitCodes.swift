@@ -2,7 +2,7 @@
 // The README's table of exit statuses is written by hand; keep it in step with this list.
 import ArgumentParser
 
-public enum ExitStatus: Int32, CaseIterable {
+public enum ExitStatus: Int32, CaseIterable, Sendable {
     case ok = 0
     /// An unexpected system error (I/O error, out of memory…); the message says which.
     case failure = 1

@@ -86,7 +86,7 @@ struct InitCommand: ParsableCommand {
                 created = true
                 print("Created vault \(cipherdir).")
                 print("Recovery key (shown only once; it opens the vault if the passphrase is lost):")
-                fflush(stdout)
+                fflush(nil)  // every stream: stdout before the raw write to fd 1 (stdout itself is a C global Swift 6 refuses)
                 try writeSecretLine(text, to: 1)
             }
         }

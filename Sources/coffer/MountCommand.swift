@@ -181,13 +181,12 @@ struct MountCommand: ParsableCommand {
         passphrase?.wipe()
 
         let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0), logger: logger)
-        let gate = Gate(fs: fs, mountpoint: target, idleLock: idleLock.flatMap(parseDuration),
+        let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
                         derive: KDFHelper.derive, logger: logger)
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 
         let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, logger: logger)
-        gate.socketPath = socketPath
         do {
             try server.start()
         } catch {

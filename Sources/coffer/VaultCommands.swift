@@ -114,7 +114,7 @@ struct FsckCommand: ParsableCommand {
             let checker = VaultChecker(vault: vault, master: master, journal: journal, repair: repair, report: { problem in
                 if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
                 print("\(problem.isLeftover ? "leftover" : "damaged"): \(problem)")
-                fflush(stdout)
+                fflush(nil)  // every stream: stdout before the raw write to fd 1 (stdout itself is a C global Swift 6 refuses)
             }, progress: { summary in
                 guard onTerminal else { return }
                 FileHandleStandardError.write("\r\u{1b}[Kchecking: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB")

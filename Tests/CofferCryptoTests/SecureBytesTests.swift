@@ -1,6 +1,7 @@
 // Tests of the secret buffer: wiping, constant-time comparison, copies.
 import CofferCrypto
 import Foundation
+import Synchronization
 import XCTest
 
 final class SecureBytesTests: XCTestCase {
@@ -39,19 +40,18 @@ final class SecureBytesTests: XCTestCase {
     func testRetireWaitsForAComputationInProgress() throws {
         let key = SecureBytes.random(count: 32)
         let started = DispatchSemaphore(value: 0)
-        let seen = UnsafeMutablePointer<Bool>.allocate(capacity: 1)
-        defer { seen.deallocate() }
+        let seen = SeenFlag()
         Thread.detachNewThread {
             try? key.lend { bytes in
                 started.signal()
                 usleep(200_000)
-                seen.pointee = bytes[0] == 0 && bytes[31] == 0 && !key.isAllZero
+                seen.value.withLock { $0 = bytes[0] == 0 && bytes[31] == 0 && !key.isAllZero }
             }
         }
         started.wait()
         key.retire()
         XCTAssertTrue(key.isAllZero)
-        XCTAssertFalse(seen.pointee, "the key was zeroed while lent")
+        XCTAssertFalse(seen.value.withLock { $0 }, "the key was zeroed while lent")
     }
 
     func testConstantTimeEqualsAndPrefix() {
@@ -71,4 +71,9 @@ final class SecureBytesTests: XCTestCase {
             for j in keys.indices where j != i { XCTAssertFalse(keys[i].constantTimeEquals(keys[j])) }
         }
     }
+}
+
+/// What the lending thread saw, handed back to the test's thread.
+private final class SeenFlag: Sendable {
+    let value = Mutex(false)
 }

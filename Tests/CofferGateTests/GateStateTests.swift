@@ -6,6 +6,7 @@ import CofferCrypto
 import CofferVault
 import Foundation
 import Glibc
+import Synchronization
 import XCTest
 
 /// A vault in a fresh temp dir, its plaintext view and a gate on it.
@@ -18,11 +19,10 @@ final class GateFixture {
     /// Key derivations the gate ran.
     let derivations = Counter()
 
-    final class Counter: @unchecked Sendable {
-        private let lock = NSLock()
-        private var count = 0
-        func add() { lock.withLock { count += 1 } }
-        var value: Int { lock.withLock { count } }
+    final class Counter: Sendable {
+        private let count = Mutex(0)
+        func add() { count.withLock { $0 += 1 } }
+        var value: Int { count.withLock { $0 } }
     }
 
     init(idleLock: Int64? = nil) throws {
@@ -52,25 +52,24 @@ final class GateFixture {
 
 final class GateStateTests: XCTestCase {
     /// What the kernel-cache double saw, with whether the keys were there at the time.
-    final class CacheRecorder: @unchecked Sendable {
-        enum Event: Equatable {
+    final class CacheRecorder: Sendable {
+        enum Event: Equatable, Sendable {
             case node(UInt64, keysPresent: Bool)
             case entry(UInt64, String, keysPresent: Bool)
         }
-        private let lock = NSLock()
-        private var recorded: [Event] = []
-        var events: [Event] { lock.withLock { recorded } }
+        private let recorded = Mutex<[Event]>([])
+        var events: [Event] { recorded.withLock { $0 } }
 
         func caches(for fs: PlainFileSystem) -> Gate.KernelCaches {
             Gate.KernelCaches(
                 invalidateNode: { [self] id in
                     let present = fs.isUnlocked
-                    lock.withLock { recorded.append(.node(id, keysPresent: present)) }
+                    recorded.withLock { $0.append(.node(id, keysPresent: present)) }
                 },
                 invalidateEntry: { [self] parent, name in
                     let present = fs.isUnlocked
                     let text = String(decoding: name, as: UTF8.self)
-                    lock.withLock { recorded.append(.entry(parent, text, keysPresent: present)) }
+                    recorded.withLock { $0.append(.entry(parent, text, keysPresent: present)) }
                 })
         }
     }

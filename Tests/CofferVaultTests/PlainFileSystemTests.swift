@@ -78,7 +78,7 @@ final class PlainFileSystemTests: XCTestCase {
         XCTAssertEqual(first.node, created, "one backing inode, one node")
         XCTAssertEqual(second.node, created)
         XCTAssertEqual(fs.nodeCount, 1)
-        XCTAssertEqual(fs.nodes.node(created).lookups, 3, "create and two lookups")
+        XCTAssertEqual(fs.nodes.lookups(created), 3, "create and two lookups")
 
         fs.forget(created, count: 2)
         XCTAssertEqual(fs.nodeCount, 1, "one lookup is left")
@@ -95,13 +95,13 @@ final class PlainFileSystemTests: XCTestCase {
         XCTAssertEqual(fs.nodeCount, 0, "a failed lookup adds no node")
         let again = try fs.lookup(parent: root, name: name("a"))
         XCTAssertEqual(fs.nodeCount, 1)
-        XCTAssertEqual(fs.nodes.node(again.node).lookups, 1)
+        XCTAssertEqual(fs.nodes.lookups(again.node), 1)
     }
 
     func testAFailedCreateAddsNoLookup() throws {
         let node = try makeFile("a")
         assertErrno(EEXIST, try fs.create(parent: root, name: name("a"), mode: 0o644, flags: O_RDWR | O_EXCL, caller: me))
-        XCTAssertEqual(fs.nodes.node(node).lookups, 1)
+        XCTAssertEqual(fs.nodes.lookups(node), 1)
         XCTAssertEqual(fs.nodeCount, 1)
     }
 
@@ -136,7 +136,7 @@ final class PlainFileSystemTests: XCTestCase {
         let listed = try XCTUnwrap(try fs.readdir(handle, from: 0).first { $0.name == name("x") })
         let entry = try fs.lookupListed(handle, listed)
         XCTAssertEqual(entry.attributes.st_size, 3, "plaintext size")
-        XCTAssertEqual(fs.nodes.node(entry.node).lookups, 2, "create and readdirplus")
+        XCTAssertEqual(fs.nodes.lookups(entry.node), 2, "create and readdirplus")
     }
 
     // MARK: Rename and long names

@@ -179,7 +179,7 @@ final class DurabilityTests: EndToEndCase {
             process.currentDirectoryURL = URL(fileURLWithPath: vault.mountpoint)
             process.standardOutput = FileHandle.nullDevice
             process.standardError = FileHandle.nullDevice
-            FileManager.default.createFile(atPath: intents, contents: nil)
+            _ = FileManager.default.createFile(atPath: intents, contents: nil)
             try process.run()
             // The kill comes a while after the first write began (python can take long
             // to start on a busy machine; a round that wrote nothing tests nothing).

@@ -1,12 +1,20 @@
 // Harness runs the built `coffer` binary and ordinary tools as a user would, and gives
 // each test a scratch directory that is removed (and unmounted) even on failure.
 import Foundation
+import Synchronization
 import XCTest
 
 struct Outcome {
     let status: Int32
     let stdout: String
     let stderr: String
+}
+
+/// The bytes a reader thread collected from a pipe, handed to the thread that waits.
+private final class Collected: Sendable {
+    private let data = Mutex(Data())
+    func set(_ bytes: Data) { data.withLock { $0 = bytes } }
+    func get() -> Data { data.withLock { $0 } }
 }
 
 enum Harness {
@@ -35,11 +43,11 @@ enum Harness {
         process.standardOutput = out
         process.standardError = err
         process.standardInput = inp
-        var stdoutData = Data(), stderrData = Data()
+        let stdoutData = Collected(), stderrData = Collected()
         let group = DispatchGroup()
         group.enter(); group.enter()
-        DispatchQueue.global().async { stdoutData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-        DispatchQueue.global().async { stderrData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async { stdoutData.set(out.fileHandleForReading.readDataToEndOfFile()); group.leave() }
+        DispatchQueue.global().async { stderrData.set(err.fileHandleForReading.readDataToEndOfFile()); group.leave() }
         do { try process.run() } catch { return Outcome(status: -1, stdout: "", stderr: "\(error)") }
         if let input { inp.fileHandleForWriting.write(Data(input.utf8)) }
         try? inp.fileHandleForWriting.close()
@@ -49,8 +57,8 @@ enum Harness {
         process.waitUntilExit()
         group.wait()
         return Outcome(status: process.terminationStatus,
-                       stdout: String(decoding: stdoutData, as: UTF8.self),
-                       stderr: String(decoding: stderrData, as: UTF8.self))
+                       stdout: String(decoding: stdoutData.get(), as: UTF8.self),
+                       stderr: String(decoding: stderrData.get(), as: UTF8.self))
     }
 
     /// Runs a shell script with `bash -euo pipefail -c`.
@@ -84,7 +92,7 @@ final class Scratch {
     /// Writes `text` to a file in the scratch directory and returns its path.
     func file(_ name: String, _ text: String) -> String {
         let p = path + "/" + name
-        FileManager.default.createFile(atPath: p, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: p, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
         return p
     }
 
