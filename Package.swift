@@ -25,21 +25,35 @@ let package = Package(
         .target(name: "CLinux"),
         // Layer 2: the crypto engine — bytes in, bytes out.
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
-        // Layer 3: the backing-directory format.
-        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CLinux", logging]),
-        // Layer 4: the FUSE bridge — kernel requests to vault calls, no crypto.
-        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferVault", logging]),
+        // The OS layer: typed descriptors, errno, retried system calls, locks — no crypto,
+        // no format.
+        .target(name: "CofferSystem", dependencies: ["CLinux"]),
+        // Layer 3: the backing-directory format — config, key slots, headers, blocks,
+        // names, the undo journal, fsck.
+        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CofferSystem", logging]),
+        // Layer 3½: the plaintext file system — POSIX operations on nodes of a vault,
+        // the key gate. FUSE-shaped (node ids, lookup counts) but imports no FUSE.
+        .target(name: "CofferFileSystem", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", logging]),
+        // Layer 4: the FUSE bridge — kernel requests to file-system calls, no crypto.
+        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferFileSystem", "CofferVault", "CofferSystem", logging]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
-        .target(name: "CofferGate", dependencies: ["CofferVault", "CofferCrypto", "CLinux", logging]),
+        .target(name: "CofferGate", dependencies: [
+            "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", logging,
+        ]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CLinux", "CofferCrypto", "CofferVault", "CofferFUSE", "CofferGate",
+            "CLinux", "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate",
             .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
+        // Helpers the unit tests share (a temporary directory).
+        .target(name: "TestSupport", dependencies: ["CofferCrypto", "CofferSystem"], path: "Tests/TestSupport"),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
-        .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto"]),
-        .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault"]),
-        .testTarget(name: "CofferGateTests", dependencies: ["CofferGate"]),
+        .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", "TestSupport"]),
+        .testTarget(name: "CofferFileSystemTests", dependencies: [
+            "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "TestSupport",
+        ]),
+        .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault", "CofferSystem"]),
+        .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault", "CofferSystem"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
     ],

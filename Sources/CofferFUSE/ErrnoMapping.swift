@@ -1,5 +1,6 @@
 // ErrnoMapping is the one place where an error thrown below the bridge becomes the
 // errno the kernel is told, and where it is decided which errors deserve a log line.
+import CofferSystem
 import CofferVault
 import Glibc
 

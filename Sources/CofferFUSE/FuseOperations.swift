@@ -2,7 +2,8 @@
 // that decodes its request, makes one PlainFileSystem call, and sends exactly one
 // reply; every error reply goes through `replyError`. No crypto here.
 import CFuse
-import CofferVault
+import CofferFileSystem
+import CofferSystem
 import Glibc
 import Logging
 

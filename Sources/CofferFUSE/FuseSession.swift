@@ -2,7 +2,8 @@
 // mountpoint, serves it on a pool of threads until unmounted or signalled, and
 // unmounts. It can also tell the kernel to drop what it caches of the mount.
 import CFuse
-import CofferVault
+import CofferFileSystem
+import CofferSystem
 import Glibc
 import Synchronization
 

@@ -11,7 +11,6 @@
 // INIT request's unique ID and offered flags are noted; the one reply with that ID
 // gets the flag added, if the kernel offered it. Every other reply passes through.
 import CFuse
-import CofferVault
 import Glibc
 import Synchronization
 

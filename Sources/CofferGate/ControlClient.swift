@@ -1,6 +1,6 @@
 // ControlClient sends one request to a mount's control socket and returns the answer.
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 

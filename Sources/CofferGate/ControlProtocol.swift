@@ -2,7 +2,7 @@
 // a 4-byte big-endian length and a JSON object; an unlock request is followed by the
 // raw secret bytes, so the secret never passes through a JSON string.
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 

@@ -3,7 +3,7 @@
 // one request per connection by a whole-request deadline, and answers every malformed,
 // oversized, truncated or unknown request with an error instead of failing.
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 import Logging

@@ -2,6 +2,8 @@
 // slots, throttles wrong secrets, locks in place (flush, wipe keys, purge the kernel's
 // caches), and locks by itself after an idle period.
 import CofferCrypto
+import CofferFileSystem
+import CofferSystem
 import CofferVault
 import Foundation
 import Glibc

@@ -1,7 +1,7 @@
 // UnixSocket wraps the few socket calls the control channel needs: bind/listen with a
 // private mode, connect, the peer's credentials (SO_PEERCRED), a receive timeout.
 import CLinux
-import CofferVault
+import CofferSystem
 import Glibc
 
 enum UnixSocket {

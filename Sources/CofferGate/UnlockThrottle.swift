@@ -1,6 +1,6 @@
 // UnlockThrottle slows down passphrase guessing: after each failed unlock the next
 // attempt is refused until a delay has passed, doubling from 1 s up to 5 minutes.
-import CofferVault
+import CofferSystem
 import Glibc
 
 public struct UnlockThrottle: Sendable {

@@ -1,6 +1,7 @@
 // BlockLayout is the one place where plaintext and ciphertext offsets and sizes are
 // converted: header, then 4136-byte ciphertext blocks for 4096-byte plaintext blocks.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 public enum BlockLayout {

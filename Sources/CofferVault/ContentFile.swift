@@ -11,6 +11,7 @@
 // slot in the undo journal first (durably if the block may hold fsynced bytes); a write
 // or truncate that fails (ENOSPC) puts back the slots it overwrote and the old size.
 import CofferCrypto
+import CofferSystem
 import Glibc
 import Synchronization
 

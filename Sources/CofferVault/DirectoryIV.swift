@@ -1,6 +1,7 @@
 // DirectoryIV is the random 16-byte IV file in every backing directory; it makes the
 // same plaintext name encrypt differently in different directories.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 public enum DirectoryIV {

@@ -2,6 +2,7 @@
 // directory's IV, base64url-encoded, and hashed into a long name (with a sidecar file
 // holding the full encrypted name) when the encoding would exceed 255 bytes.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 /// The name a plaintext name is stored under in its backing directory.

@@ -3,6 +3,7 @@
 // on, a target too long for that is kept in a sidecar file at the vault root, which the
 // backing symlink names.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 public struct SymlinkCodec {
@@ -19,7 +20,7 @@ public struct SymlinkCodec {
     public static let sidecarPrefix = "coffer.target."
     /// Length of a backing target that names a sidecar: the prefix and a 32-byte hash in
     /// base64url. 57 ≡ 1 (mod 4), a length no base64url text has, so st_size tells.
-    static let referenceLength = sidecarPrefix.utf8.count + 43
+    package static let referenceLength = sidecarPrefix.utf8.count + 43
     /// Longest sidecar: a 4095-byte target sealed and encoded.
     static let maxSidecarLength = (maxTargetLength + SealedBox.overhead + 2) / 3 * 4
 
@@ -94,7 +95,7 @@ public struct SymlinkCodec {
     }
 
     /// Whether `linkTarget` has the shape of a sidecar's name (never a path elsewhere).
-    static func isReference(_ linkTarget: String) -> Bool {
+    package static func isReference(_ linkTarget: String) -> Bool {
         linkTarget.utf8.count == referenceLength && linkTarget.hasPrefix(sidecarPrefix) && !linkTarget.contains("/")
     }
 

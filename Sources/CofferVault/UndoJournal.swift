@@ -11,6 +11,7 @@
 // the slot is touched. After a crash, a block that fails authentication while its slot
 // still carries the old or the new nonce of its newest record is put back from it.
 import CofferCrypto
+import CofferSystem
 import Glibc
 import Synchronization
 

@@ -1,6 +1,7 @@
 // Vault is a backing directory: it creates one, opens its config, and unwraps the
 // master key from a key slot with a passphrase or the recovery key.
 import CofferCrypto
+import CofferSystem
 import Foundation
 import Glibc
 import Synchronization

@@ -3,6 +3,7 @@
 // harmless leftovers of a crash (orphan long-name sidecars, temporary directories and
 // files, blocks that the undo journal puts back), which it can also remove or repair.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 public struct VaultProblem: CustomStringConvertible {

@@ -3,6 +3,7 @@
 // other one changes, and could give one new file two headers. The claim is an flock
 // on CIPHERDIR, held for the daemon's life; the kernel drops it when the daemon ends,
 // however it ends.
+import CofferSystem
 import Glibc
 
 public final class VaultClaim {

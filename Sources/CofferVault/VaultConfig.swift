@@ -2,6 +2,7 @@
 // and the key slots that wrap the master key. Its parameters are bound to every slot
 // as associated data, so an edited parameter makes unlocking fail.
 import CofferCrypto
+import CofferSystem
 import Foundation
 
 public struct VaultConfig: Codable, Equatable, Sendable {

@@ -3,6 +3,7 @@
 // removed. Without a slot, no secret can recover the master key, so every file left in
 // the backing directory stays unreadable.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 extension Vault {

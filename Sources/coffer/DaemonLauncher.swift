@@ -3,7 +3,7 @@
 // secret ever appears in argv or the environment.
 import CLinux
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 

@@ -2,7 +2,7 @@
 // from the first line of its standard output, as gocryptfs's -extpass does.
 import CLinux
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Glibc
 
 enum ExternalPassphrase {

@@ -2,6 +2,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferGate
+import CofferSystem
 import CofferVault
 import Glibc
 

@@ -2,6 +2,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferGate
+import CofferVault
 import Foundation
 import Glibc
 

@@ -1,6 +1,7 @@
 // InitCommand creates a new vault: `coffer init [--passfile F | --extpass CMD] [--recovery-key-out F] CIPHERDIR`.
 import ArgumentParser
 import CofferCrypto
+import CofferSystem
 import CofferVault
 import Glibc
 

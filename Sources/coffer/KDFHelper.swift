@@ -5,7 +5,7 @@
 // environment, and the child disables core dumps like the daemon.
 import ArgumentParser
 import CofferCrypto
-import CofferVault
+import CofferSystem
 import Glibc
 
 enum KDFHelper {

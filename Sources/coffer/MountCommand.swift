@@ -4,6 +4,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferFUSE
+import CofferFileSystem
 import CofferGate
 import CofferVault
 import Foundation

@@ -1,5 +1,5 @@
 // MountPoint checks a mountpoint before mounting and finds coffer mounts in the mount table.
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 

@@ -3,7 +3,7 @@
 // background thread invalidates the least recently entered names in the kernel, which
 // drops those dentries and inodes and sends forget for them.
 import CofferFUSE
-import CofferVault
+import CofferFileSystem
 import Foundation
 import Logging
 

@@ -1,7 +1,7 @@
 // WriteSecretLine writes a secret (a recovery key, a passphrase for the daemon) to a
 // descriptor without copying it out of secure memory.
 import CofferCrypto
-import CofferVault
+import CofferSystem
 
 /// Writes a secret followed by a newline straight from secure memory.
 func writeSecretLine(_ secret: SecureBytes, to fd: Int32) throws {

@@ -1,5 +1,6 @@
 // The bridge's one errno mapping: what the kernel is told for each error below it.
 import CofferFUSE
+import CofferSystem
 import CofferVault
 import Glibc
 import XCTest

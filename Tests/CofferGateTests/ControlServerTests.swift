@@ -3,7 +3,6 @@
 // requests, a second server on a live socket, and stop.
 import CofferCrypto
 @testable import CofferGate
-import CofferVault
 import Foundation
 import Glibc
 import XCTest

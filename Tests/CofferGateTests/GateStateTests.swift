@@ -2,6 +2,7 @@
 // order of a lock (invalidate, wipe, invalidate) seen by a recording cache double,
 // unlock, the throttle, shutdown and a wiped vault.
 import CofferCrypto
+import CofferFileSystem
 @testable import CofferGate
 import CofferVault
 import Foundation

@@ -3,6 +3,7 @@
 import CofferCrypto
 @testable import CofferVault
 import Glibc
+import TestSupport
 import XCTest
 
 final class ContentFileTests: XCTestCase {

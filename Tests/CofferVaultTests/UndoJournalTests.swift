@@ -2,8 +2,10 @@
 // old size) is made by hand, then a journal opened afresh, as after a restart, puts the
 // block back — and refuses records that do not describe the tear.
 import CofferCrypto
+import CofferSystem
 @testable import CofferVault
 import Glibc
+import TestSupport
 import XCTest
 
 final class UndoJournalTests: XCTestCase {

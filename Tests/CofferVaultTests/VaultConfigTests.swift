@@ -3,6 +3,7 @@
 import CofferCrypto
 @testable import CofferVault
 import Foundation
+import TestSupport
 import XCTest
 
 final class VaultConfigTests: XCTestCase {

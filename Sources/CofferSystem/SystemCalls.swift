@@ -13,7 +13,7 @@ public struct Errno: Error, Equatable, CustomStringConvertible {
     }
 
     /// The current thread's errno, tagged with `call`.
-    static func current(_ call: String) -> Errno { Errno(errno, call) }
+    package static func current(_ call: String) -> Errno { Errno(errno, call) }
 
     public var description: String {
         let text = String(cString: strerror(code))
@@ -25,7 +25,7 @@ public struct Errno: Error, Equatable, CustomStringConvertible {
 
 /// Runs `body` until it does not fail with EINTR; throws `Errno` when it returns -1.
 @discardableResult
-func retryOnInterrupt<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T {
+package func retryOnInterrupt<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T {
     while true {
         let rc = body()
         if rc != -1 { return rc }

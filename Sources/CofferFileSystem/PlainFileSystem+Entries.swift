@@ -1,5 +1,7 @@
 // Creating, linking, renaming and removing entries of the plaintext view.
 import CofferCrypto
+import CofferSystem
+import CofferVault
 import Glibc
 
 extension PlainFileSystem {

@@ -1,6 +1,7 @@
 // Extended attributes of the plaintext view: every name and value encrypted, stored
 // as "user." xattrs of the backing inode (docs/FORMAT.md §8).
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 extension PlainFileSystem {

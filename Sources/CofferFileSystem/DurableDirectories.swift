@@ -3,6 +3,8 @@
 // daemon (or moved since) nothing is known; so before an fsync below it is answered,
 // each directory on the backing path up to the vault root gets its IV fsynced — once
 // per directory and daemon.
+import CofferSystem
+import CofferVault
 import Glibc
 import Synchronization
 

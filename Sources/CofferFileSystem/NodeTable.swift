@@ -5,6 +5,7 @@
 // the descriptor limit: above `pressureThreshold` nodes the table asks (onPressure) for
 // the least recently entered names to be invalidated in the kernel, which then forgets
 // those inodes and the table shrinks again.
+import CofferSystem
 import Glibc
 import Synchronization
 

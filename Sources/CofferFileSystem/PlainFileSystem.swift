@@ -6,6 +6,8 @@
 // It knows nothing of FUSE: the bridge above it decodes requests, calls one method,
 // and replies with its result or its thrown error.
 import CofferCrypto
+import CofferSystem
+import CofferVault
 import Foundation
 import Glibc
 import Logging

@@ -1,13 +1,13 @@
 // TempDirectory gives each test a fresh directory under /tmp, removed afterwards.
-import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 
-final class TempDirectory {
-    let path: String
-    let fd: Int32
+public final class TempDirectory {
+    public let path: String
+    public let fd: Int32
 
-    init() {
+    public init() {
         var template = Array("/tmp/coffer-test-XXXXXX".utf8CString)
         path = String(cString: mkdtemp(&template)!)
         fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
@@ -19,24 +19,24 @@ final class TempDirectory {
     }
 
     /// Opens (creating) a file in the directory for reading and writing.
-    func openFile(_ name: String) -> Int32 {
+    public func openFile(_ name: String) -> Int32 {
         open(path + "/" + name, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
     }
 
-    func read(_ name: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path + "/" + name) ?? Data()) }
+    public func read(_ name: String) -> [UInt8] { Array(FileManager.default.contents(atPath: path + "/" + name) ?? Data()) }
 
-    func write(_ name: String, _ bytes: [UInt8]) {
+    public func write(_ name: String, _ bytes: [UInt8]) {
         let made = FileManager.default.createFile(atPath: path + "/" + name, contents: Data(bytes))
         precondition(made, "cannot write \(name) in the test directory")
     }
 
     /// Every regular file below the directory, recursively.
-    func allFiles() -> [String] {
+    public func allFiles() -> [String] {
         (FileManager.default.enumerator(atPath: path)?.allObjects as? [String] ?? []).map { path + "/" + $0 }
     }
 }
 
-func secret(_ text: String) -> SecureBytes {
+public func secret(_ text: String) -> SecureBytes {
     let bytes = Array(text.utf8)
     let s = SecureBytes(count: bytes.count)
     s.withUnsafeMutableBytes { $0.copyBytes(from: bytes) }

@@ -1,5 +1,7 @@
 // Node is one backing inode the kernel knows about: an O_PATH descriptor and the
 // per-inode state shared by every open file of it (its lookup count is the NodeTable's).
+import CofferSystem
+import CofferVault
 import Glibc
 import Synchronization
 

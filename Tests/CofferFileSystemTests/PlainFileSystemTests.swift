@@ -2,9 +2,12 @@
 // temp dir: lookup and forget counts, readdir offsets, renames with long-name
 // sidecars, the modes of new entries, and descriptors after failed opens.
 import CofferCrypto
-@testable import CofferVault
+import CofferSystem
+import CofferVault
+@testable import CofferFileSystem
 import Foundation
 import Glibc
+import TestSupport
 import XCTest
 
 final class PlainFileSystemTests: XCTestCase {

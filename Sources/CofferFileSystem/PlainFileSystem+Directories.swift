@@ -1,6 +1,7 @@
 // Listing directories of the plaintext view: a listing decrypts every name once, at
 // opendir (or rewind); readdirplus then enters entries by their backing names.
 import CofferCrypto
+import CofferSystem
 import Glibc
 import Logging
 

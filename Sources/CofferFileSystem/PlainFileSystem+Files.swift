@@ -1,5 +1,7 @@
 // Opening, reading, writing and syncing files of the plaintext view.
 import CofferCrypto
+import CofferSystem
+import CofferVault
 import Glibc
 
 /// An open file: a read-write (or read-only) descriptor of the backing file. Its
