@@ -25,9 +25,13 @@ public final class FuseSession: @unchecked Sendable {
     private let fs: PlainFileSystem
     private let session: OpaquePointer?
     private let mounted = Atomic<Bool>(false)
+    private let link: SessionLink
 
-    public init(fs: PlainFileSystem, options: Options) throws {
+    /// Makes the session for `fs`; `link` is the one `fs` was given for its
+    /// attributes-changed hook, and this session attaches to it.
+    public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
         self.fs = fs
+        self.link = link
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
         var mountOptions = ["fsname=\(options.fsName)", "subtype=coffer"]
@@ -43,8 +47,8 @@ public final class FuseSession: @unchecked Sendable {
             return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
                                     Unmanaged.passUnretained(fs).toOpaque())
         }
-        guard session != nil else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
-        fs.onAttributesChanged { [weak self] node in self?.invalidateAttributes(node: node) }
+        guard let session else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
+        link.attach(session)
     }
 
     /// The `-o` options libfuse refuses (unknown or malformed), checked by creating and
@@ -68,6 +72,7 @@ public final class FuseSession: @unchecked Sendable {
     }
 
     deinit {
+        link.detach()
         if let session {
             if mounted.load(ordering: .acquiring) { fuse_session_unmount(session) }
             fuse_session_destroy(session)
@@ -117,12 +122,6 @@ public final class FuseSession: @unchecked Sendable {
         if mounted.exchange(false, ordering: .acquiringAndReleasing) {
             fuse_session_unmount(session)
         }
-    }
-
-    /// Tells the kernel to drop its cached attributes of `node`, keeping its pages. Safe
-    /// from a request handler of the same node (no page lock is taken).
-    func invalidateAttributes(node: UInt64) {
-        fuse_lowlevel_notify_inval_inode(session, node, -1, 0)
     }
 
     /// Tells the kernel to drop its cached pages and attributes of `node`.

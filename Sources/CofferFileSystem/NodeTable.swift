@@ -2,7 +2,7 @@
 // node lives exactly as long as the kernel may refer to it (until forget).
 //
 // Every node holds one O_PATH descriptor, so the kernel's inode cache must not grow past
-// the descriptor limit: above `pressureThreshold` nodes the table asks (onPressure) for
+// the descriptor limit: above `pressureThreshold` nodes the table asks (`onPressure`) for
 // the least recently entered names to be invalidated in the kernel, which then forgets
 // those inodes and the table shrinks again.
 import CofferSystem
@@ -14,8 +14,10 @@ final class NodeTable: Sendable {
     static let rootID: UInt64 = 1
 
     let root: Node
-    /// Nodes above which onPressure is called (set from the descriptor limit).
+    /// Nodes above which `onPressure` is called (set from the descriptor limit).
     let pressureThreshold: Int
+    /// Called (outside the lock, at most once until `relieved()`) when the table is too big.
+    private let onPressure: @Sendable () -> Void
     /// The table, the lookup counts and the pressure state. Lock order: see
     /// PlainFileSystem's `gate`; only a Node's own state is taken under this lock.
     private let table: Mutex<Table>
@@ -37,20 +39,14 @@ final class NodeTable: Sendable {
         var byInode: [InodeKey: Known] = [:]
         /// Entering order: each remember() stamps the node with the next tick (LRU).
         var tick: UInt64 = 0
-        /// Called (outside the lock, at most once until `relieved()`) when the table is too big.
-        var onPressure: (@Sendable () -> Void)?
         var pressureReported = false
     }
 
-    init(root: Node, pressureThreshold: Int = .max) {
+    init(root: Node, pressureThreshold: Int = .max, onPressure: @escaping @Sendable () -> Void = {}) {
         self.root = root
         self.pressureThreshold = pressureThreshold
+        self.onPressure = onPressure
         table = Mutex(Table())
-    }
-
-    /// Sets the handler called when the table grows past `pressureThreshold`.
-    func onPressure(_ handler: @escaping @Sendable () -> Void) {
-        table.withLock { $0.onPressure = handler }
     }
 
     /// The kernel's ID for `node`: the object's address (unique while it is alive).
@@ -80,28 +76,28 @@ final class NodeTable: Sendable {
     func remember(fd: Int32, stat st: stat) -> Node {
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         let threshold = pressureThreshold
-        let (node, report): (Node, (@Sendable () -> Void)?) = table.withLock { table in
+        let (node, pressed): (Node, Bool) = table.withLock { table in
             table.tick += 1
             if var known = table.byInode[key] {
                 known.lookups += 1
                 known.lastEntered = table.tick
                 table.byInode[key] = known
                 Sys.close(fd)
-                return (known.node, nil)
+                return (known.node, false)
             }
             let node = Node(fd: fd, stat: st)
             table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
             if table.byInode.count > threshold && !table.pressureReported {
                 table.pressureReported = true
-                return (node, table.onPressure)
+                return (node, true)
             }
-            return (node, nil)
+            return (node, false)
         }
-        report?()
+        if pressed { onPressure() }
         return node
     }
 
-    /// The relief asked for by onPressure is done: report pressure again when it returns.
+    /// The relief asked for by `onPressure` is done: report pressure again when it returns.
     func relieved() { table.withLock { $0.pressureReported = false } }
 
     /// (parent, name) of the `count` least recently entered nodes with a known name.

@@ -13,11 +13,9 @@ import Glibc
 import Logging
 import Synchronization
 
-/// Sendable, unchecked for one reason: `keys` and `inFlight` are guarded by `gate`, an
-/// NSCondition, because `lock()` must wait for the in-flight count to drain (a
-/// Synchronization.Mutex has no condition to wait on). Every other stored property is
-/// a `let` of a Sendable type.
-public final class PlainFileSystem: @unchecked Sendable {
+/// Sendable: every stored property is a `let` of a Sendable type; what changes (the
+/// keys, the operations in flight) is owned by the `gate` Mutex.
+public final class PlainFileSystem: Sendable {
     public struct Options: Sendable {
         /// chown new entries to the calling user (a root daemon serving other users).
         public var preserveOwner = false
@@ -43,7 +41,7 @@ public final class PlainFileSystem: @unchecked Sendable {
     }
 
     /// The keys and the codecs built on them; present only while unlocked.
-    struct Keys {
+    struct Keys: Sendable {
         let set: KeySet
         let names: NameTransform
         let symlinks: SymlinkCodec
@@ -64,7 +62,18 @@ public final class PlainFileSystem: @unchecked Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
-    /// Guards `keys` and `inFlight`; `lock()` waits on it for operations in flight.
+    /// What the gate guards: the keys while unlocked, and the operations running with them.
+    private struct GateState: ~Copyable {
+        var keys: Keys?
+        /// Operations running with the keys.
+        var inFlight = 0
+        /// Set by a `lock()` waiting for the operations in flight; signalled by the last
+        /// of them to end.
+        var drained: DispatchSemaphore?
+    }
+
+    /// Owns `keys` and `inFlight`. It is held only for a moment: `lock()` waits for the
+    /// operations in flight on a semaphore, outside it.
     ///
     /// Lock order, the one place it is written (each lock is taken only after those
     /// before it on its line, never the other way round):
@@ -78,28 +87,44 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
     /// Node.state may be taken with or without Node.content held. The "(R)" of the fs
-    /// gate in issue 12 is this in-flight slot: `lock()` holds the gate and waits (up to
-    /// `lockWaitBound`) for the slots to drain, which is what excludes workers.
-    private let gate = NSCondition()
-    private var keys: Keys?
-    /// Operations running with the keys.
-    private var inFlight = 0
+    /// gate in issue 12 is this in-flight slot: `lock()` takes the keys away under the
+    /// gate and then waits (up to `lockWaitBound`) for the slots to drain, which is what
+    /// excludes workers.
+    private let gate = Mutex(GateState())
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
     /// as in tests).
     public let logger: Logger
-    /// Called when a node's attributes changed in a way the reply to the request does
-    /// not show (setuid dropped by a write): the kernel must fetch them again. Set by the
-    /// bridge once its session exists (which needs this object first).
-    private let attributesChangedHook = Mutex<@Sendable (UInt64) -> Void>({ _ in })
+    /// What this file system tells the layer above it.
+    private let hooks: Hooks
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
-    public init(vault: Vault, options: Options = Options(),
+    /// What the file system tells the layer above it, given at init and fixed from then on.
+    public struct Hooks: Sendable {
+        /// A node's attributes changed in a way the reply to the request does not show
+        /// (setuid dropped by a write, blocks put back after a crash): the kernel must
+        /// fetch them again.
+        public var attributesChanged: @Sendable (UInt64) -> Void
+        /// The node table grew past `nodePressureThreshold`. Called from a request
+        /// thread, at most once until `relievedNodePressure()`: the handler must not
+        /// invalidate from that thread (the kernel may hold the directory lock of the
+        /// request) but hand the work to another.
+        public var nodePressure: @Sendable () -> Void
+
+        public init(attributesChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
+                    nodePressure: @escaping @Sendable () -> Void = {}) {
+            self.attributesChanged = attributesChanged
+            self.nodePressure = nodePressure
+        }
+    }
+
+    public init(vault: Vault, options: Options = Options(), hooks: Hooks = Hooks(),
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         self.vault = vault
         self.options = options
+        self.hooks = hooks
         self.logger = logger
         let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
         // Keep well below the descriptor limit: descriptors are also needed for open files.
@@ -108,7 +133,8 @@ public final class PlainFileSystem: @unchecked Sendable {
         if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
             threshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
         }
-        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)), pressureThreshold: threshold)
+        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)), pressureThreshold: threshold,
+                          onPressure: hooks.nodePressure)
         do {
             journal = try UndoJournal(directory: fd)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
@@ -119,21 +145,12 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// Number of nodes above which the table asks for relief.
     public var nodePressureThreshold: Int { nodes.pressureThreshold }
 
-    /// Called, from a request thread, when the table grows past its threshold; the
-    /// handler must not invalidate from that thread (the kernel may hold the directory
-    /// lock of the request) but hand the work to another and call `relievedNodePressure`.
-    public func onNodePressure(_ handler: @escaping @Sendable () -> Void) { nodes.onPressure(handler) }
-
+    /// The node table's pressure (see `Hooks.nodePressure`) is relieved: it may be
+    /// reported again.
     public func relievedNodePressure() { nodes.relieved() }
 
-    /// Sets what is called when a node's attributes changed in a way the reply to the
-    /// request does not show (setuid dropped by a write): the kernel must fetch them again.
-    public func onAttributesChanged(_ handler: @escaping @Sendable (UInt64) -> Void) {
-        attributesChangedHook.withLock { $0 = handler }
-    }
-
-    /// Calls the hook set by `onAttributesChanged` (outside its lock).
-    func attributesChanged(_ node: UInt64) { attributesChangedHook.withLock { $0 }(node) }
+    /// Tells the layer above that `node`'s attributes changed (see `Hooks`).
+    func attributesChanged(_ node: UInt64) { hooks.attributesChanged(node) }
 
     /// The least recently entered names, to invalidate in the kernel under pressure.
     public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
@@ -144,10 +161,11 @@ public final class PlainFileSystem: @unchecked Sendable {
     public func unlock(_ master: MasterKey) {
         let set = vault.keys(from: master)
         master.wipe()
-        let replaced: Keys? = gate.withLock {
-            defer { keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets) }
+        let fresh = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
+        let replaced: Keys? = gate.withLock { state in
+            defer { state.keys = fresh }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-            return keys
+            return state.keys
         }
         replaced?.set.wipe()
     }
@@ -165,14 +183,17 @@ public final class PlainFileSystem: @unchecked Sendable {
     /// instead of computing with a half-zeroed key (and never writes data or names
     /// sealed under zeros).
     public func lock() {
-        gate.lock()
-        let retiring = keys
-        keys = nil
-        let deadline = Date(timeIntervalSinceNow: lockWaitBound)
-        while inFlight > 0 && gate.wait(until: deadline) {}
-        let stuck = inFlight
-        nodes.forgetNames()
-        gate.unlock()
+        let (retiring, drained): (Keys?, DispatchSemaphore?) = gate.withLock { state in
+            defer { state.keys = nil }
+            if state.inFlight > 0 { state.drained = DispatchSemaphore(value: 0) }
+            return (state.keys, state.drained)
+        }
+        _ = drained?.wait(timeout: .now() + lockWaitBound)
+        let stuck = gate.withLock { state in
+            state.drained = nil
+            nodes.forgetNames()
+            return state.inFlight
+        }
         retiring?.set.wipe()
         if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
     }
@@ -189,22 +210,21 @@ public final class PlainFileSystem: @unchecked Sendable {
         }
     }
 
-    public var isUnlocked: Bool { gate.withLock { keys != nil } }
+    public var isUnlocked: Bool { gate.withLock { $0.keys != nil } }
 
     /// Runs `body` with the keys, or throws EACCES while locked.
     func withKeys<R>(_ body: (Keys) throws -> R) throws -> R {
-        gate.lock()
-        guard let keys else {
-            gate.unlock()
-            throw Errno(EACCES, "locked")
+        let taken: Keys? = gate.withLock { state in
+            if state.keys != nil { state.inFlight += 1 }
+            return state.keys
         }
-        inFlight += 1
-        gate.unlock()
+        guard let keys = taken else { throw Errno(EACCES, "locked") }
         defer {
-            gate.lock()
-            inFlight -= 1
-            if inFlight == 0 { gate.broadcast() }
-            gate.unlock()
+            let drained: DispatchSemaphore? = gate.withLock { state in
+                state.inFlight -= 1
+                return state.inFlight == 0 ? state.drained.take() : nil
+            }
+            drained?.signal()
         }
         lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
         do {

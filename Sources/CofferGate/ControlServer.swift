@@ -9,11 +9,11 @@ import Glibc
 import Logging
 import Synchronization
 
-/// Sendable, unchecked: `pending`, `idle` and `stopped` are guarded by `available`, an
-/// NSCondition because workers wait on it for a connection (a Synchronization.Mutex has
-/// no condition to wait on); `overflow` and `refusals` are touched only by the accepting
-/// thread; the listener is an atomic; everything else is a `let` of a Sendable type.
-public final class ControlServer: @unchecked Sendable {
+/// Sendable: every stored property is a `let` of a Sendable type. The queue of accepted
+/// connections is owned by a Mutex, workers wait for it on a semaphore, and what only
+/// the accepting thread uses (overflow connections, the refusal count) is that thread's
+/// own `Acceptance`, passed along by its functions.
+public final class ControlServer: Sendable {
     public let path: String
     private let owner: uid_t
     private let gate: Gate
@@ -67,12 +67,13 @@ public final class ControlServer: @unchecked Sendable {
     /// Stops accepting, drops queued connections and removes the socket file. A request
     /// already being served finishes; the gate refuses unlocks once it is shut down.
     public func stop() {
-        available.lock()
-        stopped = true
-        let queued = pending
-        pending = []
-        available.broadcast()
-        available.unlock()
+        let queued: [Int32] = queue.withLock { queue in
+            queue.stopped = true
+            defer { queue.pending = [] }
+            return queue.pending
+        }
+        // Every worker wakes once to see `stopped`.
+        for _ in 0..<ControlProtocol.maxConnections { ready.signal() }
         queued.forEach { close($0) }
         let fd = listener.load(ordering: .acquiring)
         if fd >= 0 {
@@ -85,48 +86,58 @@ public final class ControlServer: @unchecked Sendable {
 
     // MARK: Accepting
 
-    /// Guards `pending`, `idle` and `stopped`; workers wait on it for a connection.
-    private let available = NSCondition()
-    /// Accepted connections of the owner or root, waiting for a worker.
-    private var pending: [Int32] = []
-    /// Workers waiting for a connection.
-    private var idle = 0
-    private var stopped = false
-    /// Refusals so far (accepting thread only), to log a flood by powers of two only.
-    private var refusals = 0
+    /// The connections handed from the accepting thread to the workers.
+    private struct Queue {
+        /// Accepted connections of the owner or root, waiting for a worker.
+        var pending: [Int32] = []
+        /// Workers waiting for a connection, or woken and about to take one.
+        var idle = 0
+        var stopped = false
+    }
+    private let queue = Mutex(Queue())
+    /// Signalled once per connection queued, and once per worker at stop.
+    private let ready = DispatchSemaphore(value: 0)
 
     /// A connection of the owner accepted while every worker was busy: the accepting
     /// thread collects its request without blocking, and answers a lock or a status
-    /// itself. Accepting thread only.
+    /// itself.
     private struct Overflow {
         let fd: Int32
         let peer: UnixSocket.Credentials
         let deadline: Deadline
         var bytes: [UInt8] = []
     }
-    private var overflow: [Overflow] = []
+
+    /// What only the accepting thread uses.
+    private struct Acceptance {
+        var overflow: [Overflow] = []
+        /// Refusals so far, to log a flood by powers of two only.
+        var refusals = 0
+    }
 
     /// Waits (poll) for new connections and for the requests of overflow connections.
     private func acceptLoop() {
+        var acceptance = Acceptance()
         while true {
+            let overflow = acceptance.overflow
             var fds = [pollfd(fd: listener.load(ordering: .acquiring), events: Int16(POLLIN), revents: 0)]
                 + overflow.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             let timeout = overflow.map(\.deadline.remainingMilliseconds).min() ?? -1
             if poll(&fds, nfds_t(fds.count), timeout) < 0 && errno != EINTR { return }
             for i in overflow.indices.reversed() {
                 if fds[i + 1].revents != 0 {
-                    advance(i)
+                    advance(i, &acceptance)
                 } else if overflow[i].deadline.remainingMilliseconds == 0 {
                     reply(overflow[i].fd, .failure(ControlError.timeout, "the request did not arrive in time"))
-                    close(overflow.remove(at: i).fd)
+                    close(acceptance.overflow.remove(at: i).fd)
                 }
             }
-            if fds[0].revents != 0 && !acceptOne() { return }
+            if fds[0].revents != 0 && !acceptOne(&acceptance) { return }
         }
     }
 
     /// Accepts one connection; false once the listener is closed (stop()).
-    private func acceptOne() -> Bool {
+    private func acceptOne(_ acceptance: inout Acceptance) -> Bool {
         let fd = accept(listener.load(ordering: .acquiring), nil, nil)
         if fd < 0 {
             switch errno {
@@ -143,50 +154,51 @@ public final class ControlServer: @unchecked Sendable {
         // The peer is checked before anything else: another user's connection costs
         // no thread and no wait, so a flood of them cannot hold up the owner.
         guard let peer = UnixSocket.peer(fd), peer.uid == owner || peer.uid == 0 else {
-            refuse(fd, uid: UnixSocket.peer(fd)?.uid)
+            refuse(fd, uid: UnixSocket.peer(fd)?.uid, &acceptance)
             return true
         }
-        available.lock()
-        let queued = !stopped && idle > pending.count
-        if queued { pending.append(fd) }
-        available.unlock()
+        let queued = queue.withLock { queue in
+            let queued = !queue.stopped && queue.idle > queue.pending.count
+            if queued { queue.pending.append(fd) }
+            return queued
+        }
         if queued {
-            available.signal()
+            ready.signal()
             return true
         }
         // Every worker is busy: collect the request here, without blocking. The oldest
         // overflow connection makes room for the newest, so a flood of silent
         // connections cannot keep out the owner's lock.
-        if overflow.count >= ControlProtocol.maxOverflow {
-            let oldest = overflow.removeFirst()
+        if acceptance.overflow.count >= ControlProtocol.maxOverflow {
+            let oldest = acceptance.overflow.removeFirst()
             reply(oldest.fd, .failure(ControlError.busy, "the daemon is busy; try again"))
             close(oldest.fd)
         }
-        overflow.append(Overflow(fd: fd, peer: peer, deadline: Deadline(seconds: ControlProtocol.overflowDeadline)))
-        advance(overflow.count - 1)
+        acceptance.overflow.append(Overflow(fd: fd, peer: peer, deadline: Deadline(seconds: ControlProtocol.overflowDeadline)))
+        advance(acceptance.overflow.count - 1, &acceptance)
         return true
     }
 
     /// Reads what has arrived on overflow connection `i`; once its request is complete,
     /// answers a status or a lock, and anything else with `busy`.
-    private func advance(_ i: Int) {
+    private func advance(_ i: Int, _ acceptance: inout Acceptance) {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        let n = recv(overflow[i].fd, &chunk, chunk.count, Int32(MSG_DONTWAIT))
+        let n = recv(acceptance.overflow[i].fd, &chunk, chunk.count, Int32(MSG_DONTWAIT))
         if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
-        guard n > 0 else { close(overflow.remove(at: i).fd); return }
-        overflow[i].bytes += chunk.prefix(n)
-        let connection = overflow[i]
+        guard n > 0 else { close(acceptance.overflow.remove(at: i).fd); return }
+        acceptance.overflow[i].bytes += chunk.prefix(n)
+        let connection = acceptance.overflow[i]
         guard connection.bytes.count >= 4 else { return }
         let length: Int
         do {
             length = try Frames.length(of: Array(connection.bytes.prefix(4)))
         } catch {
             reply(connection.fd, .failure(ControlError.tooLarge, "the request exceeds the limit of \(ControlProtocol.maxFrame) bytes"))
-            close(overflow.remove(at: i).fd)
+            close(acceptance.overflow.remove(at: i).fd)
             return
         }
         guard connection.bytes.count >= 4 + length else { return }
-        overflow.remove(at: i)
+        acceptance.overflow.remove(at: i)
         let body = Array(connection.bytes[4..<4 + length])
         if case .success(let request) = ControlRequest.decode(body), request.op == ControlRequest.Operation.unlock.rawValue {
             reply(connection.fd, .failure(ControlError.busy, "the daemon is busy; try again"))
@@ -198,16 +210,14 @@ public final class ControlServer: @unchecked Sendable {
 
     private func serveQueued() {
         while true {
-            available.lock()
-            idle += 1
-            while pending.isEmpty && !stopped { available.wait() }
-            idle -= 1
-            if stopped {
-                available.unlock()
-                return
+            queue.withLock { $0.idle += 1 }
+            ready.wait()
+            // Each signal before stop stands for one queued connection.
+            let taken: Int32? = queue.withLock { queue in
+                queue.idle -= 1
+                return queue.stopped ? nil : queue.pending.removeFirst()
             }
-            let fd = pending.removeFirst()
-            available.unlock()
+            guard let fd = taken else { return }
             if let peer = UnixSocket.peer(fd) {
                 serve(fd, peer: peer, deadline: Deadline(seconds: ControlProtocol.requestDeadline))
             }
@@ -218,7 +228,7 @@ public final class ControlServer: @unchecked Sendable {
     /// Answers another user's connection at once, without waiting for it: whatever of
     /// the request has arrived is read (so that the peer sees the answer rather than a
     /// reset connection), then the refusal is sent and the connection closed.
-    private func refuse(_ fd: Int32, uid: uid_t?) {
+    private func refuse(_ fd: Int32, uid: uid_t?, _ acceptance: inout Acceptance) {
         var scratch = [UInt8](repeating: 0, count: 4096)
         for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
         UnixSocket.setTimeout(fd, seconds: 1)
@@ -226,7 +236,8 @@ public final class ControlServer: @unchecked Sendable {
         shutdown(fd, Int32(SHUT_WR))
         for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
         close(fd)
-        refusals += 1
+        acceptance.refusals += 1
+        let refusals = acceptance.refusals
         if refusals.nonzeroBitCount == 1 || refusals < 10 {
             logger.warning("control socket: refused a connection from uid \(uid.map(String.init) ?? "?") (\(refusals) refused so far)")
         }

@@ -27,7 +27,7 @@ public enum BackingName: Equatable {
     }
 }
 
-public struct NameTransform {
+public struct NameTransform: Sendable {
     /// Longest plaintext name Linux accepts (NAME_MAX).
     public static let maxNameLength = 255
     /// Longest backing name the backing file system accepts.

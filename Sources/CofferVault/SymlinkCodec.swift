@@ -6,7 +6,7 @@ import CofferCrypto
 import CofferSystem
 import Glibc
 
-public struct SymlinkCodec {
+public struct SymlinkCodec: Sendable {
     /// Associated data of every sealed symlink target.
     static let associatedData = Array("coffer.symlink".utf8)
     /// Longest backing symlink target Linux stores (PATH_MAX - 1).

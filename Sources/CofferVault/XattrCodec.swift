@@ -3,7 +3,7 @@
 // as associated data. Both are stored as a backing "user." xattr.
 import CofferCrypto
 
-public struct XattrCodec {
+public struct XattrCodec: Sendable {
     /// Namespace of every backing xattr coffer writes.
     public static let backingPrefix = "user."
     /// The fixed "directory IV" used for xattr names: 16 zero bytes. Determinism is what

@@ -181,7 +181,12 @@ struct MountCommand: ParsableCommand {
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
 
-        let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0), logger: logger)
+        // The file system's hooks reach the session and the relief thread, made after it.
+        let link = SessionLink()
+        let relief = NodePressureRelief()
+        let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0),
+                                     hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed),
+                                     logger: logger)
         let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
                         derive: KDFHelper.derive, logger: logger)
         // The passphrase given at mount opens the same gate as `coffer unlock`.
@@ -200,7 +205,7 @@ struct MountCommand: ParsableCommand {
         options.readOnly = readOnly
         options.extra = fuseOptions
         options.fsName = vault.path
-        let session = try FuseSession(fs: fs, options: options)
+        let session = try FuseSession(fs: fs, options: options, link: link)
         do {
             try session.mount(at: target)
         } catch {
@@ -209,7 +214,7 @@ struct MountCommand: ParsableCommand {
         gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
                           invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
         gate.startIdleTimer()
-        NodePressureRelief.start(fs: fs, session: session, logger: logger)
+        relief.start(fs: fs, session: session, logger: logger)
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")

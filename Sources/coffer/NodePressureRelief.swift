@@ -7,12 +7,17 @@ import CofferFileSystem
 import Foundation
 import Logging
 
-enum NodePressureRelief {
-    static func start(fs: PlainFileSystem, session: FuseSession, logger: Logger) {
-        let wake = DispatchSemaphore(value: 0)
-        fs.onNodePressure { wake.signal() }
+final class NodePressureRelief: Sendable {
+    private let wake = DispatchSemaphore(value: 0)
+
+    /// The file system's node-pressure hook: wakes the relief thread (it may be called
+    /// before the thread runs; the wake-up waits for it).
+    func pressed() { wake.signal() }
+
+    /// Starts the thread that relieves `fs`'s pressure through `session`.
+    func start(fs: PlainFileSystem, session: FuseSession, logger: Logger) {
         let threshold = fs.nodePressureThreshold
-        let thread = Thread {
+        let thread = Thread { [wake] in
             while true {
                 wake.wait()
                 // Invalidate down to three quarters of the threshold; the kernel's forgets

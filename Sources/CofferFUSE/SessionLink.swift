@@ -1,0 +1,31 @@
+// SessionLink carries the plaintext file system's requests to invalidate kernel caches
+// to a FUSE session that does not exist yet when the file system is made: the session
+// needs the file system first (libfuse takes it as user data), and the file system takes
+// its hooks at init. The session attaches itself once, in its own init. Before that
+// there is no kernel cache of the mount, so nothing is there to invalidate, and a
+// request is rightly dropped.
+import CFuse
+import Synchronization
+
+public final class SessionLink: Sendable {
+    /// The session's address; 0 before `attach` and after `detach`.
+    private let session = Atomic<UInt>(0)
+
+    public init() {}
+
+    /// Called once, by the session's init.
+    func attach(_ session: OpaquePointer) {
+        let attached = self.session.compareExchange(expected: 0, desired: UInt(bitPattern: session), ordering: .releasing)
+        precondition(attached.exchanged, "SessionLink: a second session attached")
+    }
+
+    /// Called by the session before it is destroyed (no request is served any more).
+    func detach() { session.store(0, ordering: .releasing) }
+
+    /// Tells the kernel to fetch `node`'s attributes again, keeping its pages. Safe from a
+    /// request handler of the same node (no page lock is taken).
+    public func attributesChanged(_ node: UInt64) {
+        guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
+        fuse_lowlevel_notify_inval_inode(session, node, -1, 0)
+    }
+}
