@@ -29,7 +29,9 @@ final class OpenDirectory {
 
     init(node: Node) { self.node = node }
 
-    var handle: UInt64 { Handles.make(self) }
+    /// Retains this directory and returns its handle for the kernel; each call needs its own
+    /// `release`, so call it once, where the handle is handed out.
+    func issueHandle() -> UInt64 { Handles.make(self) }
 
     static func borrow(_ handle: UInt64) -> OpenDirectory { Handles.borrow(handle, as: OpenDirectory.self) }
 
@@ -41,7 +43,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let directory = OpenDirectory(node: nodes.node(id))
             try load(directory, keys: keys)
-            return directory.handle
+            return directory.issueHandle()
         }
     }
 

@@ -22,7 +22,9 @@ final class OpenFile {
 
     deinit { Sys.close(fd) }
 
-    var handle: UInt64 { Handles.make(self) }
+    /// Retains this file and returns its handle for the kernel; each call needs its own
+    /// `release`, so call it once, where the handle is handed out.
+    func issueHandle() -> UInt64 { Handles.make(self) }
 
     static func borrow(_ handle: UInt64) -> OpenFile { Handles.borrow(handle, as: OpenFile.self) }
 
@@ -49,7 +51,7 @@ extension PlainFileSystem {
                 try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
             }
         }
-        return file.handle
+        return file.issueHandle()
     }
 
     public func open(_ id: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {

@@ -33,9 +33,7 @@ public struct VaultCheckSummary {
 public final class VaultChecker {
     private let root: Int32
     private let keys: KeySet
-    private let names: NameTransform
-    private let symlinks: SymlinkCodec
-    private let xattrs: XattrCodec
+    private let codecs: VaultCodecs
     public private(set) var summary = VaultCheckSummary()
     private let report: (VaultProblem) -> Void
     private let progress: (VaultCheckSummary) -> Void
@@ -50,9 +48,7 @@ public final class VaultChecker {
         self.journal = journal
         self.repair = repair
         keys = vault.keys(from: master)
-        names = NameTransform(cipher: keys.names)
-        symlinks = SymlinkCodec(box: keys.metadata, longTargets: vault.config.storesLongSymlinkTargets)
-        xattrs = XattrCodec(names: keys.xattrNames, box: keys.metadata)
+        codecs = VaultCodecs(keys, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
         self.report = { problem in report(problem) }
         self.progress = progress
     }
@@ -126,7 +122,7 @@ public final class VaultChecker {
             }
             let name: [UInt8]
             do {
-                guard let decoded = try names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else { continue }
+                guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else { continue }
                 name = decoded
             } catch {
                 problem(path, "\(error)", backingName: entry.name)
@@ -145,8 +141,8 @@ public final class VaultChecker {
                 case S_IFLNK:
                     do {
                         let linkTarget = try Sys.readlink(entry.name, in: dir)
-                        if let sidecar = symlinks.sidecar(of: linkTarget) { namedTargetSidecars.insert(sidecar) }
-                        _ = try symlinks.decrypt(linkTarget, sidecarsIn: root)
+                        if let sidecar = codecs.symlinks.sidecar(of: linkTarget) { namedTargetSidecars.insert(sidecar) }
+                        _ = try codecs.symlinks.decrypt(linkTarget, sidecarsIn: root)
                     } catch {
                         problem(childPath, "\(error)")
                     }
@@ -206,12 +202,12 @@ public final class VaultChecker {
     private func checkXattrs(_ procPath: String, path: String) {
         guard let list = try? Sys.listXattrs(procPath) else { return }
         for backing in list where backing.hasPrefix(XattrCodec.backingPrefix) {
-            guard xattrs.plaintextName(ofBacking: backing) != nil else {
+            guard codecs.xattrs.plaintextName(ofBacking: backing) != nil else {
                 problem(path, "xattr name failed authentication", backingName: backing)
                 continue
             }
             do {
-                _ = try xattrs.openValue(try Sys.getXattr(procPath, backing), backingName: backing)
+                _ = try codecs.xattrs.openValue(try Sys.getXattr(procPath, backing), backingName: backing)
             } catch {
                 problem(path, "value of an xattr failed authentication")
             }

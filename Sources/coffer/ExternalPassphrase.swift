@@ -32,7 +32,7 @@ enum ExternalPassphrase {
         for fd: Int32 in [0, 2] where fcntl(fd, F_GETFD) >= 0 { descriptors[fd] = fd }
         let pid: pid_t
         do {
-            pid = try DaemonLauncher.spawn(program, words, descriptors: descriptors, newSession: false)
+            pid = try ChildProcess.spawn(program, words, descriptors: descriptors, newSession: false)
         } catch let error as Errno {
             close(pipe.read)
             close(pipe.write)
@@ -48,8 +48,7 @@ enum ExternalPassphrase {
         }
         drain(pipe.read)
         close(pipe.read)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let status = ChildProcess.wait(pid)
         // The command's own verdict first: a failing command's partial output is no secret.
         let signal = clinux_term_signal(status), code = clinux_exit_status(status)
         guard signal == 0, code == 0 else {

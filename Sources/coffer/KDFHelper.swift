@@ -15,7 +15,7 @@ enum KDFHelper {
         let (request, answer) = try DaemonLauncher.twoPipes()
         let pid: pid_t
         do {
-            pid = try DaemonLauncher.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
+            pid = try ChildProcess.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
         } catch {
             [request[0], request[1], answer[0], answer[1]].forEach { close($0) }
             throw error
@@ -24,8 +24,7 @@ enum KDFHelper {
         close(answer[1])
         defer {
             close(answer[0])
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            ChildProcess.wait(pid)
         }
         let header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
             + withUnsafeBytes(of: parameters.memLimit.bigEndian, Array.init) + salt

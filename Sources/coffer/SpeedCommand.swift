@@ -1,5 +1,6 @@
 // SpeedCommand prints the engine's block sealing and opening speed beside raw libsodium's.
 import ArgumentParser
+import CofferBenchmark
 import CofferCrypto
 import Foundation
 

@@ -1,6 +1,7 @@
 // UnmountCommand ends a mount: `coffer unmount MOUNTPOINT` (fusermount3 -u, which works
 // for root and for the user who mounted). The daemon then locks and exits.
 import ArgumentParser
+import CLinux
 import Foundation
 import Glibc
 
@@ -21,15 +22,8 @@ struct UnmountCommand: ParsableCommand {
                   mount.type == "fuse.coffer" else {
                 throw CommandFailure(status: .notMounted, message: "\(mountpoint) is not a coffer mount")
             }
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
-            process.arguments = ["-u", path]
-            let errors = Pipe()
-            process.standardError = errors
-            try process.run()
-            process.waitUntilExit()
-            guard process.terminationStatus == 0 else {
-                let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
+            guard clinux_term_signal(status) == 0 && clinux_exit_status(status) == 0 else {
                 if text.contains("busy") || text.contains("Device or resource busy") {
                     throw CommandFailure(status: .unmountBusy, message: "\(mountpoint) is busy: a process still uses it")
                 }

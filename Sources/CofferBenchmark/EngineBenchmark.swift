@@ -1,5 +1,7 @@
 // EngineBenchmark measures the engine's sealing and opening of 4 KiB blocks against
 // raw libsodium calls on the same buffers, for `coffer speed`.
+import CofferCrypto
+import CofferSystem
 import CSodium
 import Glibc
 
@@ -12,21 +14,15 @@ public enum EngineBenchmark {
     /// Blocks per call: 32 × 4 KiB = 128 KiB, the kernel's default FUSE request size.
     static let batchBlocks = 32
 
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-
     /// Runs `body` (which processes `bytesPerCall` bytes) for about `seconds`; returns MB/s.
     static func rate(seconds: Double, bytesPerCall: Int, _ body: () -> Void) -> Double {
         var calls = 0
-        let start = now()
+        let start = Sys.monotonicNow()
         var elapsed = 0.0
         repeat {
             for _ in 0..<8 { body() }
             calls += 8
-            elapsed = now() - start
+            elapsed = Sys.monotonicNow() - start
         } while elapsed < seconds
         return Double(calls * bytesPerCall) / elapsed / 1e6
     }
@@ -51,16 +47,17 @@ public enum EngineBenchmark {
     /// all blocks, where the engine derives and expands a key per file and call.
     public static func run(algorithm: ContentAlgorithm, seconds: Double = 1.0) -> Result {
         let cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm)
-        let key = SecureBytes.random(count: 32)  // raw libsodium's key
+        // Raw libsodium's key: a throwaway for measuring, not a secret, so an ordinary array.
+        let key = Sodium.randomArray(count: 32)
         let state = UnsafeMutableRawPointer.allocate(byteCount: crypto_aead_aes256gcm_statebytes(), alignment: 16)
             .bindMemory(to: crypto_aead_aes256gcm_state.self, capacity: 1)
         defer { sodium_memzero(state, crypto_aead_aes256gcm_statebytes()); state.deallocate() }
-        if algorithm == .aes256gcm { crypto_aead_aes256gcm_beforenm(state, key.bytes) }
+        if algorithm == .aes256gcm { crypto_aead_aes256gcm_beforenm(state, key) }
         func rawSeal(_ out: UnsafeMutablePointer<UInt8>, _ input: UnsafePointer<UInt8>, _ nonce: UnsafePointer<UInt8>, _ ad: UnsafePointer<UInt8>) {
             var n: UInt64 = 0
             switch algorithm {
             case .xchacha20poly1305:
-                crypto_aead_xchacha20poly1305_ietf_encrypt(out, &n, input, UInt64(ContentCipher.blockSize), ad, 24, nil, nonce, key.bytes)
+                crypto_aead_xchacha20poly1305_ietf_encrypt(out, &n, input, UInt64(ContentCipher.blockSize), ad, 24, nil, nonce, key)
             case .aes256gcm:
                 crypto_aead_aes256gcm_encrypt_afternm(out, &n, input, UInt64(ContentCipher.blockSize), ad, 24, nil, nonce, state)
             }
@@ -71,7 +68,7 @@ public enum EngineBenchmark {
             let rc: Int32
             switch algorithm {
             case .xchacha20poly1305:
-                rc = crypto_aead_xchacha20poly1305_ietf_decrypt(out, &n, nil, input, length, ad, 24, nonce, key.bytes)
+                rc = crypto_aead_xchacha20poly1305_ietf_decrypt(out, &n, nil, input, length, ad, 24, nonce, key)
             case .aes256gcm:
                 rc = crypto_aead_aes256gcm_decrypt_afternm(out, &n, nil, input, length, ad, 24, nonce, state)
             }
