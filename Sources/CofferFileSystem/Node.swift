@@ -15,8 +15,8 @@ public final class Node: Sendable {
 
     /// Serialises content writes and truncates against reads of this inode. Lock order:
     /// see PlainFileSystem's `gate`.
-    let content = ReadWriteLock()
-    /// The content file ID, shared by every open file of this inode; guarded by `content`.
+    let contentLock = ReadWriteLock()
+    /// The content file ID, shared by every open file of this inode; guarded by `contentLock`.
     let fileIDs = FileIDCache()
     /// Blocks written since this inode's last fsync (their rewrites need no durable undo record).
     let volatileBlocks = VolatileBlocks()

@@ -57,7 +57,7 @@ extension PlainFileSystem {
                        ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         for backing in try Sys.readDirectory(node.fd) {
             do {
-                guard let name = try keys.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
+                guard let name = try keys.codecs.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
                 entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
             } catch {
                 logger.error("damage: in \(node.plaintextPath): \(error); entry hidden")

@@ -124,7 +124,7 @@ extension PlainFileSystem {
     public func symlink(target: [UInt8], parent: UInt64, name: [UInt8], caller: Caller) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let stored = try keys.symlinks.encrypt(target)
+            let stored = try keys.codecs.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
             // A long target's sidecar is written before the link, and goes if the link is not made.
             let wroteSidecar: Bool
@@ -150,7 +150,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let node = nodes.node(id)
             return try reportingDamage(node) {
-                try keys.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
+                try keys.codecs.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
             }
         }
     }
@@ -181,10 +181,10 @@ extension PlainFileSystem {
     /// symlink with a long target (whose sidecar must go with it), else nil. One fstatat,
     /// and only in vaults that have such sidecars.
     private func lastLinkTargetSidecar(_ backingName: String, in dir: Node, keys: Keys) -> String? {
-        guard keys.symlinks.longTargets, let st = try? Sys.stat(backingName, in: dir.fd),
+        guard keys.codecs.symlinks.longTargets, let st = try? Sys.stat(backingName, in: dir.fd),
               st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
               let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
-        return keys.symlinks.sidecar(of: linkTarget)
+        return keys.codecs.symlinks.sidecar(of: linkTarget)
     }
 
     /// Removes an empty directory: first renamed out of the way, then emptied of its IV
@@ -273,7 +273,7 @@ extension PlainFileSystem {
                 guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
                 try withWritableDescriptor(node, handle: handle) { fd in
                     try reportingDamage(node) {
-                        try node.content.writing {
+                        try node.contentLock.writing {
                             try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs,
                                             safety: rewriteSafety(node)).truncate(to: size)
                         }

@@ -47,7 +47,7 @@ extension PlainFileSystem {
         // O_SYNC includes the O_DSYNC bit.
         let file = OpenFile(node: node, fd: fd, writable: writable, synchronous: flags & O_DSYNC != 0)
         if truncate && writable {
-            try node.content.writing {
+            try node.contentLock.writing {
                 try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
             }
         }
@@ -131,7 +131,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let file = OpenFile.borrow(handle)
             return try reportingDamage(file.node) {
-                try file.node.content.reading {
+                try file.node.contentLock.reading {
                     try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).read(into: buffer, at: offset)
                 }
             }
@@ -143,7 +143,7 @@ extension PlainFileSystem {
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "write") }
             try reportingDamage(file.node) {
-                try file.node.content.writing {
+                try file.node.contentLock.writing {
                     try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
                                     safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
@@ -208,7 +208,7 @@ extension PlainFileSystem {
             guard offset >= 0, length > 0 else { throw Errno(EINVAL, "fallocate") }
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "fallocate") }
-            try file.node.content.writing {
+            try file.node.contentLock.writing {
                 let content = ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
                                           safety: rewriteSafety(file.node, synchronous: file.synchronous))
                 let start = BlockLayout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))

@@ -29,8 +29,8 @@ extension PlainFileSystem {
         try refuseUnsupported(name)
         try withKeys { keys in
             let node = nodes.node(id)
-            let backing = try keys.xattrs.backingName(for: name)
-            let sealed = try keys.xattrs.sealValue(value, backingName: backing)
+            let backing = try keys.codecs.xattrs.backingName(for: name)
+            let sealed = try keys.codecs.xattrs.sealValue(value, backingName: backing)
             try Sys.setXattr(node.procPath, backing, sealed, flags: flags)
         }
     }
@@ -40,23 +40,23 @@ extension PlainFileSystem {
         try refuseUnsupported(name)
         return try withKeys { keys in
             let node = nodes.node(id)
-            let backing = try keys.xattrs.backingName(for: name)
+            let backing = try keys.codecs.xattrs.backingName(for: name)
             let sealed = try Sys.getXattr(node.procPath, backing)
-            return try reportingDamage(node) { try keys.xattrs.openValue(sealed, backingName: backing) }
+            return try reportingDamage(node) { try keys.codecs.xattrs.openValue(sealed, backingName: backing) }
         }
     }
 
     /// The plaintext xattr names; backing xattrs that are not coffer's are left out.
     public func listxattr(_ id: UInt64) throws -> [[UInt8]] {
         try withKeys { keys in
-            try Sys.listXattrs(nodes.node(id).procPath).compactMap { keys.xattrs.plaintextName(ofBacking: $0) }
+            try Sys.listXattrs(nodes.node(id).procPath).compactMap { keys.codecs.xattrs.plaintextName(ofBacking: $0) }
         }
     }
 
     public func removexattr(_ id: UInt64, name: [UInt8]) throws {
         try refuseUnsupported(name)
         try withKeys { keys in
-            try Sys.removeXattr(nodes.node(id).procPath, try keys.xattrs.backingName(for: name))
+            try Sys.removeXattr(nodes.node(id).procPath, try keys.codecs.xattrs.backingName(for: name))
         }
     }
 }

@@ -43,15 +43,11 @@ public final class PlainFileSystem: Sendable {
     /// The keys and the codecs built on them; present only while unlocked.
     struct Keys: Sendable {
         let set: KeySet
-        let names: NameTransform
-        let symlinks: SymlinkCodec
-        let xattrs: XattrCodec
+        let codecs: VaultCodecs
 
         init(_ set: KeySet, longSymlinkTargets: Bool) {
             self.set = set
-            names = NameTransform(cipher: set.names)
-            symlinks = SymlinkCodec(box: set.metadata, longTargets: longSymlinkTargets)
-            xattrs = XattrCodec(names: set.xattrNames, box: set.metadata)
+            codecs = VaultCodecs(set, longSymlinkTargets: longSymlinkTargets)
         }
     }
 
@@ -80,15 +76,15 @@ public final class PlainFileSystem: Sendable {
     ///
     ///     locking:  Gate.serial → PlainFileSystem.gate → NodeTable.table → Node.state
     ///     workers:  PlainFileSystem.gate (only to take or give back an in-flight slot;
-    ///               not held during the operation) → Node.content (R or W)
+    ///               not held during the operation) → Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.lock;
-    ///               Node.content → FileIDCache, VolatileBlocks
+    ///               Node.contentLock → FileIDCache, VolatileBlocks
     ///
     /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
-    /// Node.state may be taken with or without Node.content held. The "(R)" of the fs
-    /// gate in issue 12 is this in-flight slot: `lock()` takes the keys away under the
-    /// gate and then waits (up to `lockWaitBound`) for the slots to drain, which is what
+    /// Node.state may be taken with or without Node.contentLock held. The in-flight slot is
+    /// the workers' shared hold on the keys: `lock()` takes the keys away under the gate
+    /// and then waits (up to `lockWaitBound`) for the slots to drain, which is what
     /// excludes workers.
     private let gate = Mutex(GateState())
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
@@ -309,7 +305,7 @@ public final class PlainFileSystem: Sendable {
         let node = nodes.node(entry.node)
         guard node.isRegular, node.markCrashChecked() else { return entry }
         do {
-            let restored = try node.content.writing { () -> [Int64] in
+            let restored = try node.contentLock.writing { () -> [Int64] in
                 let fd = try Sys.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
                 defer { Sys.close(fd) }
                 let file = ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs)
@@ -341,7 +337,7 @@ public final class PlainFileSystem: Sendable {
     /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
     /// the directory, whichever operation meets it.
     func backingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
-        try keys.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
+        try keys.codecs.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
     }
 
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.

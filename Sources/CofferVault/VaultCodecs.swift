@@ -2,7 +2,7 @@
 // from one key set, the one place that says which subkey each codec takes.
 import CofferCrypto
 
-public struct VaultCodecs {
+public struct VaultCodecs: Sendable {
     public let names: NameTransform
     public let symlinks: SymlinkCodec
     public let xattrs: XattrCodec
