@@ -6,11 +6,11 @@ public enum AtomicFile {
     /// Writes `bytes` to `name` in directory `dir` atomically with permissions `mode`.
     public static func write(_ bytes: [UInt8], to name: String, in dir: Int32, mode: mode_t = 0o400) throws {
         let temp = tempPrefix(of: name) + "\(getpid())"
-        let fd = try Sys.open(temp, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
+        let fd = try FileDescriptor.open(temp, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode)
         do {
-            defer { Sys.close(fd) }
-            try bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
-            try Sys.fsync(fd)
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+            try Sys.fsync(fd.rawValue)
+            fd.close()
         } catch {
             try? Sys.unlink(temp, in: dir)
             throw error
@@ -29,8 +29,7 @@ public enum AtomicFile {
 
     /// fsync of a directory, so that a rename or create in it is durable.
     public static func syncDirectory(_ dir: Int32) throws {
-        let fd = try Sys.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
-        defer { Sys.close(fd) }
-        try Sys.fsync(fd)
+        let fd = try FileDescriptor.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
+        try Sys.fsync(fd.rawValue)
     }
 }

@@ -35,7 +35,9 @@ package func retryOnInterrupt<T: BinaryInteger>(_ call: String, _ body: () -> T)
 }
 
 public enum Sys {
-    /// openat(2).
+    /// openat(2) with O_CLOEXEC, returning the bare number: for a descriptor handed
+    /// straight to an owner that closes it (a Node, an open file). Anything else opens a
+    /// `FileDescriptor` (`FileDescriptor.open`), which closes itself.
     public static func open(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32, mode: mode_t = 0) throws -> Int32 {
         try retryOnInterrupt("openat") { Glibc.openat(dir, name, flags | O_CLOEXEC, mode) }
     }
@@ -152,31 +154,11 @@ public enum Sys {
         return buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
-    /// Opens a backing file that coffer reads itself (config, directory IV, long-name
-    /// sidecar, content file during fsck): CIPHERDIR may be hostile, so the open never
-    /// follows a symlink and never blocks (O_NONBLOCK: a FIFO would wait for a writer),
-    /// and anything but a regular file is refused with EINVAL. O_NONBLOCK is cleared
-    /// again before the descriptor is returned.
-    public static func openRegular(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32 = O_RDONLY,
-                                   mode: mode_t = 0) throws -> Int32 {
-        let fd = try open(name, in: dir, flags: flags | O_NONBLOCK | O_NOFOLLOW, mode: mode)
-        do {
-            guard try stat(fd).st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL, "\(name) is not a regular file") }
-            let status = try retryOnInterrupt("fcntl") { fcntl(fd, F_GETFL) }
-            try retryOnInterrupt("fcntl") { fcntl(fd, F_SETFL, status & ~O_NONBLOCK) }
-        } catch {
-            close(fd)
-            throw error
-        }
-        return fd
-    }
-
-    /// Reads a whole small regular file relative to `dir` (see `openRegular`).
+    /// Reads a whole small regular file relative to `dir` (see `FileDescriptor.openRegular`).
     public static func readFile(_ name: String, in dir: Int32 = AT_FDCWD, limit: Int = 1 << 20) throws -> [UInt8] {
-        let fd = try openRegular(name, in: dir)
-        defer { close(fd) }
+        let fd = try FileDescriptor.openRegular(name, in: dir)
         var out = [UInt8](repeating: 0, count: limit + 1)
-        let n = try out.withUnsafeMutableBytes { try readFully(fd, into: $0, at: 0) }
+        let n = try out.withUnsafeMutableBytes { try readFully(fd.rawValue, into: $0, at: 0) }
         guard n <= limit else { throw Errno(EFBIG, "read \(name)") }
         return Array(out.prefix(n))
     }
@@ -184,13 +166,12 @@ public enum Sys {
     /// Reads a whole file to its end with read(2): /proc files such as mountinfo are
     /// generated a page at a time and must be read until read returns 0.
     public static func readToEnd(_ path: String) throws -> [UInt8] {
-        let fd = try open(path, flags: O_RDONLY)
-        defer { close(fd) }
+        let fd = try FileDescriptor.open(path, flags: O_RDONLY)
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let n = try chunk.withUnsafeMutableBytes { buffer in
-                try retryOnInterrupt("read \(path)") { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+                try retryOnInterrupt("read \(path)") { Glibc.read(fd.rawValue, buffer.baseAddress, buffer.count) }
             }
             if n == 0 { return out }
             out += chunk.prefix(n)
@@ -207,12 +188,10 @@ public enum Sys {
 
     /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
     public static func readDirectory(_ dir: Int32) throws -> [DirectoryEntry] {
-        let fd = try open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
-        guard let stream = fdopendir(fd) else {
-            let error = Errno.current("fdopendir")
-            close(fd)
-            throw error
-        }
+        let fd = try FileDescriptor.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
+        guard let stream = fdopendir(fd.rawValue) else { throw Errno.current("fdopendir") }
+        // The stream owns the descriptor now: closedir closes it.
+        _ = fd.release()
         defer { closedir(stream) }
         var entries: [DirectoryEntry] = []
         while let entry = readdir(stream) {

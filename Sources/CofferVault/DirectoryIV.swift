@@ -22,18 +22,16 @@ public enum DirectoryIV {
 
     /// fsyncs the IV file of `dir`.
     public static func sync(in dir: Int32) throws {
-        let fd = try Sys.openRegular(fileName, in: dir)
-        defer { Sys.close(fd) }
-        try Sys.fsync(fd)
+        let fd = try FileDescriptor.openRegular(fileName, in: dir)
+        try Sys.fsync(fd.rawValue)
     }
 
     /// Writes `iv` as the IV file of `dir` (which must not have one).
     static func write(_ iv: [UInt8], in dir: Int32, durable: Bool = true) throws {
-        let fd = try Sys.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
-        defer { Sys.close(fd) }
+        let fd = try FileDescriptor.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         do {
-            try iv.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
-            if durable { try Sys.fsync(fd) }
+            try iv.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+            if durable { try Sys.fsync(fd.rawValue) }
         } catch {
             try? Sys.unlink(fileName, in: dir)
             throw error
@@ -68,13 +66,12 @@ public enum DirectoryIV {
     /// Removes backing directory `name` of `dir` with its IV file and orphan sidecars,
     /// which must be all it holds (ENOTEMPTY otherwise).
     public static func removeEmptyDirectory(_ name: String, in dir: Int32) throws {
-        let fd = try Sys.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-        defer { Sys.close(fd) }
-        guard let entries = try leftovers(in: fd) else { throw Errno(ENOTEMPTY, "rmdir") }
+        let fd = try FileDescriptor.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        guard let entries = try leftovers(in: fd.rawValue) else { throw Errno(ENOTEMPTY, "rmdir") }
         // A directory its owner made read-only (mkdir -m 555) still has to lose its IV.
-        let st = try Sys.stat(fd)
-        if st.st_mode & 0o200 == 0 { _ = chmod(Sys.procPath(fd), (st.st_mode & 0o7777) | 0o200) }
-        for entry in entries { try Sys.unlink(entry, in: fd) }
+        let st = try Sys.stat(fd.rawValue)
+        if st.st_mode & 0o200 == 0 { _ = chmod(Sys.procPath(fd.rawValue), (st.st_mode & 0o7777) | 0o200) }
+        for entry in entries { try Sys.unlink(entry, in: fd.rawValue) }
         try Sys.unlink(name, in: dir, directory: true)
     }
 }

@@ -113,18 +113,14 @@ public struct NameTransform: Sendable {
     /// `writeSidecar(_:in:)` does (also used for long symlink targets).
     static func writeSidecar(_ content: [UInt8], named sidecar: String, in dir: Int32) throws -> Bool {
         for _ in 0..<2 {
-            let fd: Int32
-            do {
-                fd = try Sys.open(sidecar, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
-            } catch let error as Errno where error.code == EEXIST {
+            guard let fd = try createExclusive(sidecar, in: dir) else {
                 if (try? Sys.readFile(sidecar, in: dir, limit: 4096)) == content { return false }
                 try Sys.unlink(sidecar, in: dir)
                 continue
             }
-            defer { Sys.close(fd) }
             do {
-                try content.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
-                try Sys.fsync(fd)
+                try content.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+                try Sys.fsync(fd.rawValue)
             } catch {
                 try? Sys.unlink(sidecar, in: dir)
                 throw error
@@ -132,6 +128,15 @@ public struct NameTransform: Sendable {
             return true
         }
         throw Errno(EEXIST, "sidecar \(sidecar)")
+    }
+
+    /// Creates `name` in `dir` for writing, mode 0400; nil if it exists already.
+    private static func createExclusive(_ name: String, in dir: Int32) throws -> FileDescriptor? {
+        do {
+            return try FileDescriptor.open(name, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+        } catch let error as Errno where error.code == EEXIST {
+            return nil
+        }
     }
 
     /// Removes the sidecar of a long name once its entry is gone (no-op for short names).

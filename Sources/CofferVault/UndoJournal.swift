@@ -79,14 +79,15 @@ public final class UndoJournal: Sendable {
         }
     }
 
-    private let directory: Int32
+    /// The vault's root directory: a descriptor of the journal's own.
+    private let directory: FileDescriptor
     /// Readers: a recorded rewrite, from its records to the end of its pwrite.
     /// Writer: dropping records, which must meet no rewrite half done. Taken before
     /// `state` (lock order: see PlainFileSystem's `gate`).
     private let rewrites = ReadWriteLock()
 
-    private struct State: Sendable {
-        var fd: Int32
+    private struct State: ~Copyable, Sendable {
+        var file: FileDescriptor
         /// End of the durable records.
         var size: Int64 = 0
         var nextRingSlot = 0
@@ -101,7 +102,7 @@ public final class UndoJournal: Sendable {
         /// file has been checked: they are what a crash may need.
         var pending: [FileID: [Int64: Record]] = [:]
 
-        init(fd: Int32) { self.fd = fd }
+        init(file: consuming FileDescriptor) { self.file = file }
 
         /// Counts a record of `block` of `fileID` in (+1) or out (-1).
         mutating func count(_ fileID: FileID, _ block: Int64, _ delta: Int) {
@@ -118,12 +119,14 @@ public final class UndoJournal: Sendable {
     /// The journal file and what is known of its records; a leaf lock.
     private let state: Mutex<State>
 
-    /// Opens (or creates) the journal of the vault whose root directory is `directory`.
-    /// Never follows or blocks on something planted in its place.
+    /// Opens (or creates) the journal of the vault whose root directory is `directory`
+    /// (`vault.root`). Never follows or blocks on something planted in its place.
+    /// `directory` is only borrowed: the journal keeps a descriptor of its own of the
+    /// same directory (opened through it, not by a path).
     public init(directory: Int32, readOnly: Bool = false) throws {
-        self.directory = directory
-        let file = try Self.openFile(in: directory, readOnly: readOnly)
-        var state = State(fd: file)
+        self.directory = try FileDescriptor.open(".", in: directory, flags: O_PATH | O_DIRECTORY)
+        var state = State(file: try Self.openFile(in: directory, readOnly: readOnly))
+        let file = state.file.rawValue
         let records = Int(try Sys.stat(file).st_size) / Self.recordSize
         var buffer = [UInt8](repeating: 0, count: Self.recordSize)
         for i in 0..<records {
@@ -139,11 +142,9 @@ public final class UndoJournal: Sendable {
         self.state = Mutex(state)
     }
 
-    deinit { Sys.close(state.withLock { $0.fd }) }
-
-    private static func openFile(in directory: Int32, readOnly: Bool) throws -> Int32 {
+    private static func openFile(in directory: Int32, readOnly: Bool) throws -> FileDescriptor {
         do {
-            return try Sys.openRegular(fileName, in: directory, flags: readOnly ? O_RDONLY : O_RDWR | O_CREAT, mode: 0o600)
+            return try FileDescriptor.openRegular(fileName, in: directory, flags: readOnly ? O_RDONLY : O_RDWR | O_CREAT, mode: 0o600)
         } catch let error as Errno where error.code == EINVAL {
             throw VaultError.journalDamaged(reason: "\(fileName) is not a regular file")
         }
@@ -182,7 +183,7 @@ public final class UndoJournal: Sendable {
             }
             if durable {
                 defer { state.size += Int64(records.count * Self.recordSize) }
-                return (records, state.fd, state.size)
+                return (records, state.file.rawValue, state.size)
             }
             if state.nextRingSlot + records.count > Self.ringSlots { state.nextRingSlot = 0 }
             for (i, record) in records.enumerated() {
@@ -190,7 +191,7 @@ public final class UndoJournal: Sendable {
                 state.ring[state.nextRingSlot + i] = (record.fileID, record.block)
             }
             defer { state.nextRingSlot += records.count }
-            return (records, state.fd, Int64(state.nextRingSlot * Self.recordSize))
+            return (records, state.file.rawValue, Int64(state.nextRingSlot * Self.recordSize))
         }
         records = numbered
         let bytes = records.flatMap(\.encoded)
@@ -203,7 +204,7 @@ public final class UndoJournal: Sendable {
     /// other record can be needed any more.
     public func trim(keepingPending: Bool = true) throws {
         try rewrites.writing {
-            try Sys.syncFileSystem(state.withLock { $0.fd })
+            try Sys.syncFileSystem(state.withLock { $0.file.rawValue })
             let kept = state.withLock { state -> [Record] in
                 if !keepingPending { state.pending = [:] }
                 return state.pending.values.flatMap { $0.values }
@@ -211,11 +212,12 @@ public final class UndoJournal: Sendable {
             let bytes = [UInt8](repeating: 0, count: Self.ringSlots * Self.recordSize) + kept.flatMap(\.encoded)
             if !kept.isEmpty {
                 // Written aside and renamed over, so that a crash keeps one whole copy.
-                try AtomicFile.write(bytes, to: Self.fileName, in: directory, mode: 0o600)
-                let new = try Self.openFile(in: directory, readOnly: false)
-                state.withLock { Sys.close($0.fd); $0.fd = new }
+                try AtomicFile.write(bytes, to: Self.fileName, in: directory.rawValue, mode: 0o600)
+                var new = Optional(try Self.openFile(in: directory.rawValue, readOnly: false))
+                // The old descriptor is closed as the new one replaces it.
+                state.withLock { $0.file = new.take()! }
             } else {
-                try Sys.truncate(state.withLock { $0.fd }, to: 0)
+                try Sys.truncate(state.withLock { $0.file.rawValue }, to: 0)
             }
             state.withLock { state in
                 state.size = Int64(bytes.count)

@@ -133,9 +133,8 @@ public final class VaultChecker {
                 let st = try Sys.stat(entry.name, in: dir)
                 switch st.st_mode & S_IFMT {
                 case S_IFDIR:
-                    let fd = try Sys.open(entry.name, in: dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-                    checkDirectory(fd, path: childPath)
-                    Sys.close(fd)
+                    let fd = try FileDescriptor.open(entry.name, in: dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+                    checkDirectory(fd.rawValue, path: childPath)
                 case S_IFREG:
                     checkFile(entry.name, in: dir, path: childPath)
                 case S_IFLNK:
@@ -157,13 +156,13 @@ public final class VaultChecker {
 
     private func checkFile(_ backingName: String, in dir: Int32, path: String) {
         summary.files += 1
-        let fd: Int32
-        do { fd = try Sys.openRegular(backingName, in: dir, flags: repair ? O_RDWR : O_RDONLY) } catch {
+        let fd: FileDescriptor
+        do { fd = try FileDescriptor.openRegular(backingName, in: dir, flags: repair ? O_RDWR : O_RDONLY) } catch {
             return problem(path, "cannot open: \(error)")
         }
-        defer { Sys.close(fd) }
-        checkXattrs(Sys.procPath(fd), path: path)
-        let file = ContentFile(fd: fd, cipher: keys.content)
+        checkXattrs(Sys.procPath(fd.rawValue), path: path)
+        // Borrows fd, which lives to the end of this function.
+        let file = ContentFile(fd: fd.rawValue, cipher: keys.content)
         // Blocks a crash tore that the undo journal puts back are leftovers, not damage.
         var torn: Set<UInt64> = []
         if let journal, journal.hasPending, let id = try? file.fileID() {

@@ -29,17 +29,19 @@ extension Vault {
 
     /// Overwrites the regular file `name` twice with random bytes, fsyncing each time, and removes it.
     private func overwriteAndRemove(_ name: String) throws {
-        let fd = try Sys.openRegular(name, in: rootFD)
-        let size = Int(try Sys.stat(fd).st_size)
-        Sys.close(fd)
+        let size: Int
+        do {
+            let fd = try FileDescriptor.openRegular(name, in: rootFD)
+            size = Int(try Sys.stat(fd.rawValue).st_size)
+        }
         try retryOnInterrupt("chmod") { chmod(Sys.procPath(rootFD) + "/" + name, 0o600) }
-        let writable = try Sys.openRegular(name, in: rootFD, flags: O_WRONLY)
-        defer { Sys.close(writable) }
+        let writable = try FileDescriptor.openRegular(name, in: rootFD, flags: O_WRONLY)
         for _ in 0..<2 {
             let noise = Sodium.randomArray(count: size)
-            try noise.withUnsafeBytes { try Sys.writeFully(writable, $0, at: 0) }
-            try Sys.fsync(writable)
+            try noise.withUnsafeBytes { try Sys.writeFully(writable.rawValue, $0, at: 0) }
+            try Sys.fsync(writable.rawValue)
         }
+        writable.close()
         try Sys.unlink(name, in: rootFD)
     }
 }
