@@ -122,17 +122,21 @@ public final class PlainFileSystem: Sendable {
         self.options = options
         self.hooks = hooks
         self.logger = logger
-        let fd = try Sys.open(vault.path, flags: O_PATH | O_DIRECTORY)
+        // The root node is the vault's own directory, reached through its handle (never
+        // by opening vault.path again, which may name another directory by now).
+        let root = try vault.root.reopenDirectory(flags: O_PATH)
+        let rootStat = try Sys.stat(root.rawValue)
         // Keep well below the descriptor limit: descriptors are also needed for open files.
         var threshold = Int.max
         var limit = rlimit()
         if getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 {
             threshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
         }
-        nodes = NodeTable(root: Node(fd: fd, stat: try Sys.stat(fd)), pressureThreshold: threshold,
+        // The node owns the descriptor from here on.
+        nodes = NodeTable(root: Node(fd: root.release(), stat: rootStat), pressureThreshold: threshold,
                           onPressure: hooks.nodePressure)
         do {
-            journal = try UndoJournal(directory: fd)
+            journal = try UndoJournal(directory: vault.root.rawValue)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
             journal = nil
         }

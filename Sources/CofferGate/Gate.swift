@@ -85,7 +85,7 @@ public final class Gate: Sendable {
                             retryAfter: wait)
         }
         do {
-            let vault = try Vault.open(at: fs.vault.path)
+            let vault = try fs.vault.reopened()
             let master: MasterKey
             switch kind {
             case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)

@@ -1,5 +1,6 @@
-// Vault is a backing directory: it creates one, opens its config, and unwraps the
-// master key from a key slot with a passphrase or the recovery key.
+// Vault is a backing directory, opened once and then reached only through that one
+// descriptor: it creates one, opens its config, and unwraps the master key from a key
+// slot with a passphrase or the recovery key.
 import CofferCrypto
 import CofferSystem
 import Foundation
@@ -7,26 +8,31 @@ import Glibc
 import Synchronization
 
 public final class Vault: Sendable {
-    /// The backing directory as given by the user.
+    /// The backing directory as given by the user: for messages and status only. Nothing
+    /// opens it again by name; every part of the vault works through `root`.
     public let path: String
-    /// An open descriptor of the backing directory (O_PATH | O_DIRECTORY).
-    public let rootFD: Int32
+    /// The backing directory, opened once (O_RDONLY | O_DIRECTORY): the claim flocks a
+    /// descriptor reopened from it, the file system's root node, the journal, fsck and
+    /// wipe reach the directory through it, and `reopened()` rereads the config through
+    /// it. If CIPHERDIR is renamed or replaced meanwhile, all of them still agree on the
+    /// directory that was opened.
+    public let root: FileDescriptor
     /// The config as last read or written; `changePassphrase` replaces it while a
     /// mount's threads may read it, hence the Mutex (a leaf lock).
     private let currentConfig: Mutex<VaultConfig>
     public var config: VaultConfig { currentConfig.withLock { $0 } }
 
-    private init(path: String, rootFD: Int32, config: VaultConfig) {
+    private init(path: String, root: consuming FileDescriptor, config: VaultConfig) {
         self.path = path
-        self.rootFD = rootFD
+        self.root = root
         self.currentConfig = Mutex(config)
     }
 
-    deinit { Sys.close(rootFD) }
-
-    static func openDirectory(_ path: String) throws -> Int32 {
+    /// Opens the backing directory `path`: a real descriptor (not O_PATH), so that it can
+    /// be flocked, listed and fstatfs'ed as well as used for *at calls.
+    static func openDirectory(_ path: String) throws -> FileDescriptor {
         do {
-            return try Sys.open(path, flags: O_PATH | O_DIRECTORY)
+            return try FileDescriptor.open(path, flags: O_RDONLY | O_DIRECTORY)
         } catch let error as Errno where error.code == ENOTDIR || error.code == ENOENT {
             throw VaultError.notADirectory(path: path)
         }
@@ -34,20 +40,24 @@ public final class Vault: Sendable {
 
     /// Opens an existing vault: reads and checks its config. Needs no secret.
     public static func open(at path: String) throws -> Vault {
-        let fd = try openDirectory(path)
-        do {
-            return Vault(path: path, rootFD: fd, config: try VaultConfig.load(in: fd, path: path))
-        } catch {
-            Sys.close(fd)
-            throw error
-        }
+        let root = try openDirectory(path)
+        let config = try VaultConfig.load(in: root.rawValue, path: path)
+        return Vault(path: path, root: root, config: config)
+    }
+
+    /// The same backing directory with its config read anew (a passwd or a wipe may have
+    /// changed it since): reached through `root`, never through `path`, so it is the
+    /// directory this vault was opened on even if CIPHERDIR was renamed or replaced.
+    public func reopened() throws -> Vault {
+        let root = try self.root.reopenDirectory(flags: O_RDONLY)
+        let config = try VaultConfig.load(in: root.rawValue, path: path)
+        return Vault(path: path, root: root, config: config)
     }
 
     /// Throws unless `path` is an empty directory in which a vault can be created.
     public static func checkCreatable(at path: String) throws {
-        let fd = try openDirectory(path)
-        defer { Sys.close(fd) }
-        guard try Sys.listDirectory(fd).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+        let root = try openDirectory(path)
+        guard try Sys.listDirectory(root.rawValue).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
     }
 
     /// Creates a vault in the empty directory `path`: a new master key wrapped under
@@ -60,10 +70,8 @@ public final class Vault: Sendable {
         let format = format ?? VaultConfig.defaultFormat(for: cipher)
         precondition(format >= VaultConfig.minimumFormat(for: cipher), "format \(format) has no \(cipher.rawValue)")
         guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
-        let fd = try openDirectory(path)
-        var handedOver = false
-        defer { if !handedOver { Sys.close(fd) } }
-        guard try Sys.listDirectory(fd).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+        let root = try openDirectory(path)
+        guard try Sys.listDirectory(root.rawValue).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
         guard kdf.isAcceptable else {
             throw VaultError.kdfParametersRefused(opsLimit: kdf.opsLimit, memLimit: kdf.memLimit)
         }
@@ -89,10 +97,9 @@ public final class Vault: Sendable {
             try wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
             try wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
         ]
-        try DirectoryIV.create(in: fd)
-        try config.save(in: fd)
-        handedOver = true
-        return (Vault(path: path, rootFD: fd, config: config), recoveryKey)
+        try DirectoryIV.create(in: root.rawValue)
+        try config.save(in: root.rawValue)
+        return (Vault(path: path, root: root, config: config), recoveryKey)
     }
 
     static func wrap(_ master: MasterKey, with key: SecureBytes, kind: String, config: VaultConfig,
@@ -164,7 +171,7 @@ public final class Vault: Sendable {
         }
         // A copy left by an interrupted passwd opens with the passphrase it was made for.
         try removeStaleConfigCopies()
-        try updated.save(in: rootFD)
+        try updated.save(in: root.rawValue)
         currentConfig.withLock { $0 = updated }
     }
 }

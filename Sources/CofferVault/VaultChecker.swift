@@ -31,7 +31,10 @@ public struct VaultCheckSummary {
 }
 
 public final class VaultChecker {
-    private let root: Int32
+    /// The vault checked: held so that its root descriptor stays open while the checker runs.
+    private let vault: Vault
+    /// The vault's root directory (`vault.root`), where the walk starts.
+    private var root: Int32 { vault.root.rawValue }
     private let keys: KeySet
     private let codecs: VaultCodecs
     public private(set) var summary = VaultCheckSummary()
@@ -44,7 +47,7 @@ public final class VaultChecker {
     /// With `repair`, leftovers are removed or put right (the vault must not be mounted).
     public init(vault: Vault, master: MasterKey, journal: UndoJournal? = nil, repair: Bool = false,
                 report: @escaping (VaultProblem) -> Void, progress: @escaping (VaultCheckSummary) -> Void = { _ in }) {
-        root = vault.rootFD
+        self.vault = vault
         self.journal = journal
         self.repair = repair
         keys = vault.keys(from: master)

@@ -15,14 +15,14 @@ extension Vault {
     public func wipe() throws {
         try removeStaleConfigCopies()
         try overwriteAndRemove(VaultConfig.fileName)
-        try AtomicFile.syncDirectory(rootFD)
+        try AtomicFile.syncDirectory(root.rawValue)
     }
 
     /// Destroys the temp copies of the config (AtomicFile's ".coffer.conf.tmp.PID") that
     /// an interrupted passwd left: each holds key slots that open with a passphrase.
     public func removeStaleConfigCopies() throws {
         let prefix = AtomicFile.tempPrefix(of: VaultConfig.fileName)
-        for name in try Sys.listDirectory(rootFD) where name.hasPrefix(prefix) {
+        for name in try Sys.listDirectory(root.rawValue) where name.hasPrefix(prefix) {
             try overwriteAndRemove(name)
         }
     }
@@ -31,17 +31,17 @@ extension Vault {
     private func overwriteAndRemove(_ name: String) throws {
         let size: Int
         do {
-            let fd = try FileDescriptor.openRegular(name, in: rootFD)
+            let fd = try FileDescriptor.openRegular(name, in: root.rawValue)
             size = Int(try Sys.stat(fd.rawValue).st_size)
         }
-        try retryOnInterrupt("chmod") { chmod(Sys.procPath(rootFD) + "/" + name, 0o600) }
-        let writable = try FileDescriptor.openRegular(name, in: rootFD, flags: O_WRONLY)
+        try retryOnInterrupt("chmod") { chmod(Sys.procPath(root.rawValue) + "/" + name, 0o600) }
+        let writable = try FileDescriptor.openRegular(name, in: root.rawValue, flags: O_WRONLY)
         for _ in 0..<2 {
             let noise = Sodium.randomArray(count: size)
             try noise.withUnsafeBytes { try Sys.writeFully(writable.rawValue, $0, at: 0) }
             try Sys.fsync(writable.rawValue)
         }
         writable.close()
-        try Sys.unlink(name, in: rootFD)
+        try Sys.unlink(name, in: root.rawValue)
     }
 }

@@ -107,7 +107,7 @@ struct FsckCommand: ParsableCommand {
             let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
             let journal: UndoJournal?
             do {
-                journal = try UndoJournal(directory: vault.rootFD, readOnly: !repair)
+                journal = try UndoJournal(directory: vault.root.rawValue, readOnly: !repair)
             } catch let error as Errno where error.code == ENOENT {
                 journal = nil
             }
