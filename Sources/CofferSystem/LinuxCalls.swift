@@ -19,12 +19,19 @@ public var UTIME_NOW: Int { clinux_UTIME_NOW }
 public var UTIME_OMIT: Int { clinux_UTIME_OMIT }
 
 extension Sys {
-    /// pipe2(2) with O_CLOEXEC: (read end, write end), never inherited by a child unless
-    /// a spawn maps it explicitly.
-    public static func pipe() throws -> (read: Int32, write: Int32) {
+    /// The two ends of a pipe, each owned: an end can be closed (consumed) on its own.
+    /// Frozen so that a caller in another module may consume one end and keep the other.
+    @frozen public struct Pipe: ~Copyable {
+        public var read: FileDescriptor
+        public var write: FileDescriptor
+    }
+
+    /// pipe2(2) with O_CLOEXEC: never inherited by a child unless a spawn maps an end
+    /// explicitly.
+    public static func pipe() throws -> Pipe {
         var fds: [Int32] = [-1, -1]
         try retryOnInterrupt("pipe2") { clinux_pipe2(&fds, O_CLOEXEC) }
-        return (fds[0], fds[1])
+        return Pipe(read: FileDescriptor(owning: fds[0]), write: FileDescriptor(owning: fds[1]))
     }
 
     /// posix_spawn_file_actions_addclosefrom_np (glibc 2.34): the child closes every

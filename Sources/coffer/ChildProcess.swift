@@ -62,24 +62,17 @@ enum ChildProcess {
     /// output on /dev/null; returns its wait status and what it wrote to standard error.
     static func run(_ program: String, _ arguments: [String]) throws -> (status: Int32, errors: String) {
         let pipe = try Sys.pipe()
-        let pid: pid_t
-        do {
-            pid = try spawn(program, arguments, descriptors: [2: pipe.write], newSession: false)
-        } catch {
-            close(pipe.read)
-            close(pipe.write)
-            throw error
-        }
-        close(pipe.write)
+        let pid = try spawn(program, arguments, descriptors: [2: pipe.write.rawValue], newSession: false)
+        pipe.write.close()
         var errors: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            let n = read(pipe.read, &buffer, buffer.count)
+            let n = read(pipe.read.rawValue, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             errors += buffer.prefix(n)
         }
-        close(pipe.read)
+        pipe.read.close()
         return (wait(pid), String(decoding: errors, as: UTF8.self))
     }
 }

@@ -7,59 +7,43 @@ import CofferSystem
 import Foundation
 import Glibc
 
-struct DaemonLauncher {
+struct DaemonLauncher: ~Copyable {
     let pid: pid_t
-    private let secretFD: Int32
-    private let statusFD: Int32
+    /// Our end of the passphrase pipe, until `sendSecret` closes it.
+    private var secretPipe: FileDescriptor?
+    /// Our end of the status pipe.
+    private let statusPipe: FileDescriptor
 
     /// Spawns /proc/self/exe with `arguments` (argv[0] first); the child sees the status
     /// pipe's write end as fd 3 and the passphrase pipe's read end as fd 4.
     static func spawn(arguments: [String]) throws -> DaemonLauncher {
-        let (status, secret) = try twoPipes()
-        let pid: pid_t
-        do {
-            pid = try ChildProcess.spawnSelf(arguments, descriptors: [3: status[1], 4: secret[0]], newSession: true)
-        } catch {
-            [status[0], status[1], secret[0], secret[1]].forEach { close($0) }
-            throw error
-        }
-        close(status[1])
-        close(secret[0])
-        return DaemonLauncher(pid: pid, secretFD: secret[1], statusFD: status[0])
-    }
-
-    /// Two close-on-exec pipes, each as [read end, write end].
-    static func twoPipes() throws -> ([Int32], [Int32]) {
-        let first = try Sys.pipe()
-        do {
-            let second = try Sys.pipe()
-            return ([first.read, first.write], [second.read, second.write])
-        } catch {
-            close(first.read)
-            close(first.write)
-            throw error
-        }
+        let status = try Sys.pipe()
+        let secret = try Sys.pipe()
+        let pid = try ChildProcess.spawnSelf(arguments, descriptors: [3: status.write.rawValue, 4: secret.read.rawValue],
+                                             newSession: true)
+        // The child's ends (status.write, secret.read) are closed here as they go out of scope.
+        return DaemonLauncher(pid: pid, secretPipe: secret.write, statusPipe: status.read)
     }
 
     /// Writes the secret (if any) and a newline into the child's passphrase pipe, then
     /// closes it.
-    func sendSecret(_ secret: SecureBytes?) throws {
-        defer { close(secretFD) }
-        if let secret { try writeSecretLine(secret, to: secretFD) }
+    mutating func sendSecret(_ secret: SecureBytes?) throws {
+        guard let pipe = secretPipe.take() else { return }
+        if let secret { try writeSecretLine(secret, to: pipe.rawValue) }
     }
 
     /// Waits for the child's status line; an exit without one is `daemonDied`.
-    func waitForStatus() -> (Int32, String) {
+    consuming func waitForStatus() -> (Int32, String) {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         // Up to the first newline: a child of the daemon (fusermount3) may hold the pipe.
         while !bytes.contains(0x0a) {
-            let n = read(statusFD, &buffer, buffer.count)
+            let n = read(statusPipe.rawValue, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
             bytes += buffer.prefix(n)
         }
-        close(statusFD)
+        statusPipe.close()
         let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .newlines)
         guard let space = line.firstIndex(of: " ") ?? (line.isEmpty ? nil : line.endIndex),
               let code = Int32(line[..<space]) else {

@@ -3,6 +3,7 @@
 // over it, so that every `Logger` of the libraries writes there. Lines never carry
 // secrets; plaintext names appear only in damage reports, which must say which file is
 // damaged.
+import CofferSystem
 import Foundation
 import Glibc
 import Logging
@@ -33,21 +34,27 @@ final class DaemonLog: Sendable {
         let refuse = { (why: String) in CommandFailure(status: .logFileRefused, message: "log file \(logFile): \(why)") }
         let url = URL(fileURLWithPath: logFile)
         let dirPath = url.deletingLastPathComponent().path
-        let dir = open(dirPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard dir >= 0 else { throw refuse("its directory cannot be opened (\(String(cString: strerror(errno))))") }
-        defer { close(dir) }
+        let dir: FileDescriptor
+        do {
+            dir = try FileDescriptor.open(dirPath, flags: O_RDONLY | O_DIRECTORY)
+        } catch let error as Errno {
+            throw refuse("its directory cannot be opened (\(String(cString: strerror(error.code))))")
+        }
         var st = stat()
-        guard fstat(dir, &st) == 0 else { throw refuse("fstat: \(String(cString: strerror(errno)))") }
+        guard fstat(dir.rawValue, &st) == 0 else { throw refuse("fstat: \(String(cString: strerror(errno)))") }
         guard st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else {
             throw refuse("its directory \(dirPath) can be written by other users")
         }
-        let fd = openat(dir, url.lastPathComponent, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
-        guard fd >= 0 else { throw refuse(errno == ELOOP ? "it is a symlink" : String(cString: strerror(errno))) }
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
-            throw refuse("not a regular file")
+        let file: FileDescriptor
+        do {
+            file = try FileDescriptor.open(url.lastPathComponent, in: dir.rawValue,
+                                           flags: O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK, mode: 0o600)
+        } catch let error as Errno {
+            throw refuse(error.code == ELOOP ? "it is a symlink" : String(cString: strerror(error.code)))
         }
-        return DaemonLog(destination: .file(fd))
+        guard fstat(file.rawValue, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw refuse("not a regular file") }
+        // The log keeps it for the daemon's life.
+        return DaemonLog(destination: .file(file.release()))
     }
 
     /// Writes one line; `priority` is the syslog priority (only syslog records it).

@@ -28,26 +28,24 @@ enum ExternalPassphrase {
         let pipe = try Sys.pipe()
         // Standard input and error stay the user's (systemd-ask-password, pinentry); a
         // closed one becomes /dev/null in the child.
-        var descriptors: [Int32: Int32] = [1: pipe.write]
+        var descriptors: [Int32: Int32] = [1: pipe.write.rawValue]
         for fd: Int32 in [0, 2] where fcntl(fd, F_GETFD) >= 0 { descriptors[fd] = fd }
         let pid: pid_t
         do {
             pid = try ChildProcess.spawn(program, words, descriptors: descriptors, newSession: false)
         } catch let error as Errno {
-            close(pipe.read)
-            close(pipe.write)
             throw CommandFailure(status: .extpassFailed,
                                  message: "--extpass: cannot run \(program): \(String(cString: strerror(error.code)))")
         }
-        close(pipe.write)
+        pipe.write.close()
         let line: Result<SecureBytes?, Error>
         do {
-            line = .success(try PassphraseReader.readOptionalLine(pipe.read, what: what))
+            line = .success(try PassphraseReader.readOptionalLine(pipe.read.rawValue, what: what))
         } catch {
             line = .failure(error)
         }
-        drain(pipe.read)
-        close(pipe.read)
+        drain(pipe.read.rawValue)
+        pipe.read.close()
         let status = ChildProcess.wait(pid)
         // The command's own verdict first: a failing command's partial output is no secret.
         let signal = clinux_term_signal(status), code = clinux_exit_status(status)

@@ -54,21 +54,20 @@ struct InitCommand: ParsableCommand {
             guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
             // Create the recovery-key file before the vault: failing afterwards would
             // leave a vault whose recovery key nobody saw.
-            var keyFD: Int32 = -1
+            let keyFile: FileDescriptor?
             if let out = recoveryKeyOut {
-                keyFD = Glibc.open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-                guard keyFD >= 0 else {
+                do {
+                    keyFile = try FileDescriptor.open(out, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
+                } catch let error as Errno {
                     throw CommandFailure(status: .recoveryKeyUnwritable,
-                                         message: "cannot create \(out): \(String(cString: strerror(errno)))")
+                                         message: "cannot create \(out): \(String(cString: strerror(error.code)))")
                 }
+            } else {
+                keyFile = nil
             }
             var created = false
-            defer {
-                if keyFD >= 0 {
-                    close(keyFD)
-                    if !created, let out = recoveryKeyOut { unlink(out) }
-                }
-            }
+            // Only a file this run created is removed (it is closed afterwards, with keyFile).
+            defer { if !created, let out = recoveryKeyOut { unlink(out) } }
             let passphrase = try source.read()
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             let (_, recoveryKey) = try Vault.create(
@@ -78,12 +77,13 @@ struct InitCommand: ParsableCommand {
             let text = RecoveryKey.format(recoveryKey)
             recoveryKey.wipe()
             defer { text.wipe() }
-            if keyFD >= 0 {
-                try writeSecretLine(text, to: keyFD)
-                guard fsync(keyFD) == 0 else { throw Errno(errno, "fsync \(recoveryKeyOut!)") }
+            switch keyFile {
+            case .some(let keyFD):
+                try writeSecretLine(text, to: keyFD.rawValue)
+                guard fsync(keyFD.rawValue) == 0 else { throw Errno(errno, "fsync \(recoveryKeyOut!)") }
                 created = true
                 print("Created vault \(cipherdir). Recovery key written to \(recoveryKeyOut!).")
-            } else {
+            case .none:
                 created = true
                 print("Created vault \(cipherdir).")
                 print("Recovery key (shown only once; it opens the vault if the passphrase is lost):")

@@ -12,31 +12,32 @@ enum KDFHelper {
     /// The request: u64 opsLimit ‖ u64 memLimit ‖ salt (16) ‖ u32 passphrase length ‖ passphrase.
     /// The answer: one status byte (0: ok) ‖ 32 key bytes.
     static func derive(passphrase: SecureBytes, salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
-        let (request, answer) = try DaemonLauncher.twoPipes()
-        let pid: pid_t
-        do {
-            pid = try ChildProcess.spawnSelf(["coffer", "kdf-helper"], descriptors: [0: request[0], 1: answer[1]], newSession: false)
-        } catch {
-            [request[0], request[1], answer[0], answer[1]].forEach { close($0) }
-            throw error
-        }
-        close(request[0])
-        close(answer[1])
-        defer {
-            close(answer[0])
-            ChildProcess.wait(pid)
-        }
+        let request = try Sys.pipe()
+        let answer = try Sys.pipe()
+        let pid = try ChildProcess.spawnSelf(["coffer", "kdf-helper"],
+                                             descriptors: [0: request.read.rawValue, 1: answer.write.rawValue], newSession: false)
+        // The child's ends go; ours are closed when `exchange` returns, before the wait
+        // (the child sees the end of its input even if the exchange failed halfway).
+        request.read.close()
+        answer.write.close()
+        defer { ChildProcess.wait(pid) }
+        return try exchange(request: request.write, answer: answer.read,
+                            passphrase: passphrase, salt: salt, parameters: parameters)
+    }
+
+    /// Sends the request on `request`, reads the answer from `answer`; closes both.
+    private static func exchange(request: consuming FileDescriptor, answer: consuming FileDescriptor, passphrase: SecureBytes,
+                                 salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
         let header = withUnsafeBytes(of: parameters.opsLimit.bigEndian, Array.init)
             + withUnsafeBytes(of: parameters.memLimit.bigEndian, Array.init) + salt
             + withUnsafeBytes(of: UInt32(passphrase.count).bigEndian, Array.init)
-        defer { close(request[1]) }
-        try header.withUnsafeBytes { try Sys.send(request[1], $0) }
-        try passphrase.withUnsafeBytes { try Sys.send(request[1], $0) }
+        try header.withUnsafeBytes { try Sys.send(request.rawValue, $0) }
+        try passphrase.withUnsafeBytes { try Sys.send(request.rawValue, $0) }
         let key = SecureBytes(count: MasterKey.size)
         var status: UInt8 = 1
         // Sys.receive retries EINTR: a signal during the derivation is not a failure.
-        guard withUnsafeMutableBytes(of: &status, { Sys.receive(answer[0], into: $0) }), status == 0,
-              key.withUnsafeMutableBytes({ Sys.receive(answer[0], into: $0) }) else { throw CryptoError.kdfFailed }
+        guard withUnsafeMutableBytes(of: &status, { Sys.receive(answer.rawValue, into: $0) }), status == 0,
+              key.withUnsafeMutableBytes({ Sys.receive(answer.rawValue, into: $0) }) else { throw CryptoError.kdfFailed }
         return key
     }
 }

@@ -6,6 +6,7 @@ import CofferCrypto
 import CofferFUSE
 import CofferFileSystem
 import CofferGate
+import CofferSystem
 import CofferVault
 import Foundation
 import Glibc
@@ -142,7 +143,7 @@ struct MountCommand: ParsableCommand {
         }
         arguments += [vaultPath, target]
 
-        let daemon = try DaemonLauncher.spawn(arguments: arguments)
+        var daemon = try DaemonLauncher.spawn(arguments: arguments)
         try daemon.sendSecret(passphrase)
         let (code, message) = daemon.waitForStatus()
         guard code == 0 else {
@@ -175,8 +176,9 @@ struct MountCommand: ParsableCommand {
             throw CommandFailure(status: .socketUnavailable, message: "control socket: \(error)")
         }
         let passphrase = try passphraseFD.map { fd in
-            defer { close(fd) }
-            return try PassphraseReader.readLine(fd, what: "passphrase")
+            // Inherited from the launcher for this one read; closed after it.
+            let pipe = FileDescriptor(owning: fd)
+            return try PassphraseReader.readLine(pipe.rawValue, what: "passphrase")
         } ?? (status.isPipe ? nil : givenPassphrase())
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()

@@ -70,10 +70,8 @@ enum MountPoint {
         if isMounted(canonical) != nil {
             throw CommandFailure(status: .mountpointBusy, message: "mountpoint \(path) is already a mount point")
         }
-        let fd = Glibc.open(canonical, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 {
-            defer { close(fd) }
-            if let entries = try? Sys.listDirectory(fd), !entries.isEmpty {
+        if let fd = try? FileDescriptor.open(canonical, flags: O_RDONLY | O_DIRECTORY) {
+            if let entries = try? Sys.listDirectory(fd.rawValue), !entries.isEmpty {
                 throw CommandFailure(status: .mountpointNotEmpty, message: "mountpoint \(path) is not empty")
             }
         }

@@ -1,6 +1,7 @@
 // PassphraseReader reads a passphrase or recovery key into secure memory: from a file
 // (first line), from a terminal without echo, or from standard input.
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 enum PassphraseReader {
@@ -9,13 +10,14 @@ enum PassphraseReader {
 
     /// Reads the first line of `path`.
     static func fromFile(_ path: String, what: String = "passphrase") throws -> SecureBytes {
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(path, flags: O_RDONLY)
+        } catch let error as Errno {
             throw CommandFailure(status: .passphraseUnreadable,
-                                 message: "cannot read \(what) file \(path): \(String(cString: strerror(errno)))")
+                                 message: "cannot read \(what) file \(path): \(String(cString: strerror(error.code)))")
         }
-        defer { close(fd) }
-        return try readLine(fd, what: what)
+        return try readLine(fd.rawValue, what: what)
     }
 
     /// Asks on the terminal (twice if `confirm`) with echo off, or reads standard input

@@ -1,6 +1,7 @@
 // SystemdNotify tells systemd (Type=notify) that the mount is live (READY=1) or going
 // away (STOPPING=1), by a datagram to $NOTIFY_SOCKET; without it, nothing happens.
 import CofferGate
+import CofferSystem
 import Foundation
 import Glibc
 
@@ -8,10 +9,10 @@ enum SystemdNotify {
     static func send(_ state: String) {
         guard let path = ProcessInfo.processInfo.environment["NOTIFY_SOCKET"], !path.isEmpty,
               let address = try? UnixSocketAddress(path, abstract: true) else { return }
-        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
+        let raw = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard raw >= 0 else { return }
+        let fd = FileDescriptor(owning: raw)
         let message = Array(state.utf8)
-        _ = address.withSockaddr { sendto(fd, message, message.count, 0, $0, $1) }
+        _ = address.withSockaddr { sendto(fd.rawValue, message, message.count, 0, $0, $1) }
     }
 }
