@@ -103,11 +103,7 @@ struct MountCommand: ParsableCommand {
                 try serve(status: status)
             } catch {
                 let (code, message) = classify(error)
-                if status.isPipe {
-                    status.fail(code, message)
-                } else {
-                    FileHandleStandardError.write("coffer: \(message)\n")
-                }
+                if !status.fail(code, message) { FileHandleStandardError.write("coffer: \(message)\n") }
                 throw ExitCode(code.rawValue)
             }
         } else {
