@@ -25,11 +25,11 @@ final class DurableDirectories: Sendable {
               var path = try? Sys.readlink(Sys.procPath(fd), in: AT_FDCWD) else { return }
         if !isDirectory { path = Self.parent(of: path) }
         while path == rootPath || path.hasPrefix(rootPath == "/" ? "/" : rootPath + "/") {
-            guard let dir = try? Sys.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else { return }
-            defer { Sys.close(dir) }
-            let key = Key(try Sys.stat(dir))
+            let dir: FileDescriptor
+            do { dir = try FileDescriptor.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) } catch { return }
+            let key = Key(try Sys.stat(dir.rawValue))
             if !synced.withLock({ $0.contains(key) }) {
-                try DirectoryIV.sync(in: dir)
+                try DirectoryIV.sync(in: dir.rawValue)
                 synced.withLock { _ = $0.insert(key) }
             }
             if path == rootPath { return }

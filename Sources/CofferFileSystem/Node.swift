@@ -7,7 +7,9 @@ import Synchronization
 
 public final class Node: Sendable {
     /// O_PATH descriptor of the backing inode; every operation is relative to it.
-    let fd: Int32
+    private let descriptor: FileDescriptor
+    /// Its number, borrowed for calls (valid while the node lives).
+    var fd: Int32 { descriptor.rawValue }
     let dev: UInt64
     let ino: UInt64
     /// File type bits (S_IFMT) of the backing inode.
@@ -35,14 +37,12 @@ public final class Node: Sendable {
     /// The node's mutable state; a leaf lock (nothing is taken under it).
     private let state = Mutex(State())
 
-    init(fd: Int32, stat st: stat) {
-        self.fd = fd
+    init(fd: consuming FileDescriptor, stat st: stat) {
+        descriptor = fd
         self.dev = UInt64(st.st_dev)
         self.ino = UInt64(st.st_ino)
         self.type = st.st_mode & S_IFMT
     }
-
-    deinit { Sys.close(fd) }
 
     var isDirectory: Bool { type == S_IFDIR }
     var isRegular: Bool { type == S_IFREG }

@@ -73,7 +73,8 @@ final class NodeTable: Sendable {
 
     /// Registers one more kernel reference to the backing inode that `fd` (an O_PATH
     /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already known.
-    func remember(fd: Int32, stat st: stat) -> Node {
+    func remember(fd: consuming FileDescriptor, stat st: stat) -> Node {
+        var unused: FileDescriptor? = consume fd
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         let threshold = pressureThreshold
         let (node, pressed): (Node, Bool) = table.withLock { table in
@@ -82,10 +83,9 @@ final class NodeTable: Sendable {
                 known.lookups += 1
                 known.lastEntered = table.tick
                 table.byInode[key] = known
-                Sys.close(fd)
                 return (known.node, false)
             }
-            let node = Node(fd: fd, stat: st)
+            let node = Node(fd: unused.take()!, stat: st)
             table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
             if table.byInode.count > threshold && !table.pressureReported {
                 table.pressureReported = true

@@ -63,9 +63,8 @@ extension PlainFileSystem {
         if let fd {
             try retryOnInterrupt("fchmod") { fchmod(fd, mode & 0o7777) }
         } else {
-            let path = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
-            defer { Sys.close(path) }
-            try retryOnInterrupt("chmod") { chmod(Sys.procPath(path), mode & 0o7777) }
+            let path = try FileDescriptor.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+            try retryOnInterrupt("chmod") { chmod(Sys.procPath(path.rawValue), mode & 0o7777) }
         }
     }
 
@@ -87,12 +86,11 @@ extension PlainFileSystem {
             try creating(backing, in: dir) { try Sys.mkdir(temp, in: dir.fd, mode: 0o700) }
             let iv: [UInt8]
             do {
-                let fd = try Sys.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-                defer { Sys.close(fd) }
-                iv = try DirectoryIV.create(in: fd, durable: false)
+                let fd = try FileDescriptor.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+                iv = try DirectoryIV.create(in: fd.rawValue, durable: false)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
-                let inherited = try Sys.stat(fd).st_mode & S_ISGID
-                try retryOnInterrupt("chmod") { chmod(Sys.procPath(fd), mode & 0o7777 | inherited) }
+                let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
+                try retryOnInterrupt("chmod") { chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited) }
                 try own(temp, in: dir, fd: nil, caller: caller, mode: S_IFDIR)
                 try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {
@@ -112,7 +110,7 @@ extension PlainFileSystem {
             let backing = try newName(name, in: dir, keys: keys)
             try creating(backing, in: dir, caller: caller, mode: mode) {
                 if mode & S_IFMT == S_IFREG {
-                    Sys.close(try Sys.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777))
+                    _ = try FileDescriptor.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777)
                 } else {
                     try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
                 }
@@ -204,10 +202,9 @@ extension PlainFileSystem {
     /// fails, it goes back. Throws ENOTEMPTY if it holds anything but its IV file and
     /// orphan long-name sidecars.
     func replacingEmptyDirectory(_ name: String, in dir: Node, _ body: () throws -> Void) throws {
-        let fd = try Sys.open(name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-        defer { Sys.close(fd) }
-        guard try DirectoryIV.leftovers(in: fd) != nil else { throw Errno(ENOTEMPTY, "rmdir") }
-        forgetSyncedDirectory(try Sys.stat(fd))
+        let fd = try FileDescriptor.open(name, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        guard try DirectoryIV.leftovers(in: fd.rawValue) != nil else { throw Errno(ENOTEMPTY, "rmdir") }
+        forgetSyncedDirectory(try Sys.stat(fd.rawValue))
         let temp = Self.temporaryDirectoryName()
         try Sys.rename(name, in: dir.fd, to: temp, in: dir.fd, flags: RENAME_NOREPLACE)
         do {

@@ -8,19 +8,19 @@ import Glibc
 /// address is the handle the kernel passes back with every request.
 final class OpenFile {
     let node: Node
-    let fd: Int32
+    private let descriptor: FileDescriptor
+    /// The backing file's descriptor, borrowed for calls (valid while the file is open).
+    var fd: Int32 { descriptor.rawValue }
     let writable: Bool
     /// O_SYNC or O_DSYNC: each write is on the disk when it returns.
     let synchronous: Bool
 
-    init(node: Node, fd: Int32, writable: Bool, synchronous: Bool = false) {
+    init(node: Node, fd: consuming FileDescriptor, writable: Bool, synchronous: Bool = false) {
         self.node = node
-        self.fd = fd
+        descriptor = fd
         self.writable = writable
         self.synchronous = synchronous
     }
-
-    deinit { Sys.close(fd) }
 
     /// Retains this file and returns its handle for the kernel; each call needs its own
     /// `release`, so call it once, where the handle is handed out.
@@ -43,12 +43,13 @@ extension PlainFileSystem {
 
     /// The handle of a new open file; with `truncate` the content is emptied first (the
     /// descriptor is closed again if that fails).
-    private func openHandle(_ node: Node, fd: Int32, flags: Int32, writable: Bool, truncate: Bool, keys: Keys) throws -> UInt64 {
+    private func openHandle(_ node: Node, fd: consuming FileDescriptor, flags: Int32, writable: Bool, truncate: Bool,
+                            keys: Keys) throws -> UInt64 {
         // O_SYNC includes the O_DSYNC bit.
         let file = OpenFile(node: node, fd: fd, writable: writable, synchronous: flags & O_DSYNC != 0)
         if truncate && writable {
             try node.contentLock.writing {
-                try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
+                try ContentFile(fd: file.fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
             }
         }
         return file.issueHandle()
@@ -62,19 +63,13 @@ extension PlainFileSystem {
             let truncate = flags & O_TRUNC != 0 && writable
             // Set-ID bits go before the content, as one change on a local file system;
             // if they cannot, nothing is truncated and no handle is made.
-            let dropped: Bool
-            do {
-                // A length that no write leaves (a last block cut inside its nonce or tag,
-                // bytes after the last whole block, a short header) is damage, reported
-                // here: the kernel asks for no byte past the whole blocks it is shown.
-                if !truncate {
-                    try reportingDamage(node) { _ = try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size)) }
-                }
-                dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd, caller: caller) : false
-            } catch {
-                Sys.close(fd)
-                throw error
+            // A length that no write leaves (a last block cut inside its nonce or tag,
+            // bytes after the last whole block, a short header) is damage, reported
+            // here: the kernel asks for no byte past the whole blocks it is shown.
+            if !truncate {
+                try reportingDamage(node) { _ = try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd.rawValue).st_size)) }
             }
+            let dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd.rawValue, caller: caller) : false
             let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
             if dropped { attributesChanged(id) }
             return handle
@@ -86,34 +81,23 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
-            var fd: Int32 = -1, created = true
+            var created = true
+            let fd: FileDescriptor
             do {
-                do {
-                    fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
-                } catch let error as Errno where error.code == EEXIST && flags & O_EXCL == 0 {
-                    // Made since the kernel's lookup: opened as it is, and not ours to give away.
-                    fd = try Sys.open(new.name, in: dir.fd, flags: backingFlags | O_NOFOLLOW)
-                    created = false
-                }
+                fd = try openCreating(new.name, in: dir, flags: backingFlags, exclusive: flags & O_EXCL != 0, mode: mode,
+                                      created: &created)
             } catch {
                 new.abandon(in: dir)
                 throw error
             }
             do {
-                if created { try own(new.name, in: dir, fd: fd, caller: caller, mode: mode) }
+                if created { try own(new.name, in: dir, fd: fd.rawValue, caller: caller, mode: mode) }
             } catch {
-                Sys.close(fd)
                 try? Sys.unlink(new.name, in: dir.fd)
                 new.abandon(in: dir)
                 throw error
             }
-            let entry: Entry
-            do {
-                entry = try enter(new.name, in: dir, plainName: name)
-            } catch {
-                Sys.close(fd)
-                throw error
-            }
+            let entry = try enter(new.name, in: dir, plainName: name)
             do {
                 let handle = try openHandle(nodes.node(entry.node), fd: fd, flags: backingFlags, writable: writable,
                                             truncate: flags & O_TRUNC != 0, keys: keys)
@@ -224,15 +208,27 @@ extension PlainFileSystem {
     /// Opens the backing file. A write-only request still needs read access below (blocks
     /// are read-modify-written); for a file its owner made write-only (mode 0200), read
     /// permission is added for the moment of the open, as on ext4 the owner may write it.
-    func openForReadModifyWrite(_ node: Node, flags: Int32, userWantsRead: Bool) throws -> Int32 {
+    func openForReadModifyWrite(_ node: Node, flags: Int32, userWantsRead: Bool) throws -> FileDescriptor {
         do {
-            return try Sys.open(node.procPath, flags: flags)
+            return try FileDescriptor.open(node.procPath, flags: flags)
         } catch let error as Errno where error.code == EACCES && !userWantsRead && flags & O_ACCMODE == O_RDWR {
             let st = try Sys.stat(node.fd)
             guard st.st_uid == geteuid(), st.st_mode & 0o400 == 0 else { throw error }
             try retryOnInterrupt("chmod") { chmod(node.procPath, (st.st_mode & 0o7777) | 0o400) }
             defer { _ = chmod(node.procPath, st.st_mode & 0o7777) }
-            return try Sys.open(node.procPath, flags: flags)
+            return try FileDescriptor.open(node.procPath, flags: flags)
+        }
+    }
+
+    /// Creates backing file `name` in `dir` (O_EXCL), or, unless `exclusive`, opens the
+    /// one made since the kernel's lookup as it is (`created` false: not ours to give away).
+    private func openCreating(_ name: String, in dir: Node, flags: Int32, exclusive: Bool, mode: mode_t,
+                              created: inout Bool) throws -> FileDescriptor {
+        do {
+            return try FileDescriptor.open(name, in: dir.fd, flags: flags | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
+        } catch let error as Errno where error.code == EEXIST && !exclusive {
+            created = false
+            return try FileDescriptor.open(name, in: dir.fd, flags: flags | O_NOFOLLOW)
         }
     }
 
@@ -241,8 +237,7 @@ extension PlainFileSystem {
     func withWritableDescriptor<R>(_ node: Node, handle: UInt64?, _ body: (Int32) throws -> R) throws -> R {
         if let handle, OpenFile.borrow(handle).writable { return try body(OpenFile.borrow(handle).fd) }
         let fd = try openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false)
-        defer { Sys.close(fd) }
-        return try body(fd)
+        return try body(fd.rawValue)
     }
 
     /// access(2) on the backing inode, as the daemon's user.

@@ -133,7 +133,7 @@ public final class PlainFileSystem: Sendable {
             threshold = max(256, Int(min(limit.rlim_cur, 1 << 30)) * 6 / 10)
         }
         // The node owns the descriptor from here on.
-        nodes = NodeTable(root: Node(fd: root.release(), stat: rootStat), pressureThreshold: threshold,
+        nodes = NodeTable(root: Node(fd: root, stat: rootStat), pressureThreshold: threshold,
                           onPressure: hooks.nodePressure)
         do {
             journal = try UndoJournal(directory: vault.root.rawValue)
@@ -310,9 +310,8 @@ public final class PlainFileSystem: Sendable {
         guard node.isRegular, node.markCrashChecked() else { return entry }
         do {
             let restored = try node.contentLock.writing { () -> [Int64] in
-                let fd = try Sys.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
-                defer { Sys.close(fd) }
-                let file = ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs)
+                let fd = try FileDescriptor.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
+                let file = ContentFile(fd: fd.rawValue, cipher: keys.set.content, ids: node.fileIDs)
                 guard let id = try file.fileID() else { return [] }
                 let records = journal.pendingRecords(id)
                 guard !records.isEmpty else { return [] }
@@ -346,13 +345,12 @@ public final class PlainFileSystem: Sendable {
 
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
     func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {
-        let fd = try Sys.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
-        let st: stat
-        do { st = try Sys.stat(fd) } catch { Sys.close(fd); throw error }
+        let fd = try FileDescriptor.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+        let st = try Sys.stat(fd.rawValue)
         let node = nodes.remember(fd: fd, stat: st)
         node.setName(plainName, parent: dir)
         dir.rememberEntry(plainName)
-        return Entry(node: nodes.id(of: node), attributes: plain(st, of: fd))
+        return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd))
     }
 
     /// The kernel dropped `count` references to `node`.

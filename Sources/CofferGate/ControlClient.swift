@@ -34,13 +34,13 @@ public enum ControlClient {
                             timeout: Double? = nil) throws -> ControlResponse {
         let seconds = timeout ?? ControlRequest.Operation(rawValue: request.op).map(Self.timeout) ?? 10
         let deadline = Deadline(seconds: seconds)
-        let fd: Int32
+        let socket: FileDescriptor
         do {
-            fd = try UnixSocket.connect(to: path)
+            socket = try UnixSocket.connect(to: path)
         } catch {
             throw Failure.noDaemon(path)
         }
-        defer { close(fd) }
+        let fd = socket.rawValue
         UnixSocket.setTimeout(fd, seconds: Int(seconds.rounded(.up)))
         // A daemon that refuses (another user) answers without reading: if sending
         // fails, its answer may still be there to read.

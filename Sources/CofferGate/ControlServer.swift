@@ -46,14 +46,13 @@ public final class ControlServer: Sendable {
     public func start() throws {
         var st = stat()
         if lstat(path, &st) == 0 {
-            if let probe = try? UnixSocket.connect(to: path) {
-                close(probe)
-                throw StartError.inUse(path)
-            }
+            if (try? UnixSocket.connect(to: path)) != nil { throw StartError.inUse(path) }
             guard st.st_mode & S_IFMT == S_IFSOCK else { throw Errno(EEXIST, "\(path) exists and is not a socket") }
             unlink(path)  // stale: its daemon is gone
         }
-        listener.store(try UnixSocket.listen(at: path), ordering: .releasing)
+        // The listener's number lives in an atomic (the accepting thread reads it, stop
+        // closes it), so ownership passes from the FileDescriptor to `stop`.
+        listener.store(try UnixSocket.listen(at: path).release(), ordering: .releasing)
         for i in 0..<ControlProtocol.maxConnections {
             let worker = Thread { [self] in serveQueued() }
             worker.name = "coffer-control-\(i)"

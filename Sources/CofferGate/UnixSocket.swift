@@ -8,35 +8,30 @@ enum UnixSocket {
     /// The peer's pid, uid and gid (SO_PEERCRED's struct ucred).
     struct Credentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
 
-    private static func stream() throws -> Int32 {
+    private static func stream() throws -> FileDescriptor {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Errno(errno, "socket") }
-        return fd
+        return FileDescriptor(owning: fd)
     }
 
     /// A listening socket at `path`, mode 0600 (bound under umask 077, then chmod'ed).
-    static func listen(at path: String) throws -> Int32 {
-        let fd = try stream()
-        let address: UnixSocketAddress
-        do { address = try UnixSocketAddress(path) } catch { close(fd); throw error }
+    static func listen(at path: String) throws -> FileDescriptor {
+        let socket = try stream()
+        let address = try UnixSocketAddress(path)
         let saved = umask(0o077)
-        let rc = address.withSockaddr { bind(fd, $0, $1) }
+        let rc = address.withSockaddr { bind(socket.rawValue, $0, $1) }
         umask(saved)
-        guard rc == 0 else { let e = Errno(errno, "bind \(path)"); close(fd); throw e }
-        guard chmod(path, 0o600) == 0, Glibc.listen(fd, 16) == 0 else {
-            let e = Errno(errno, "listen \(path)"); close(fd); throw e
-        }
-        return fd
+        guard rc == 0 else { throw Errno(errno, "bind \(path)") }
+        guard chmod(path, 0o600) == 0, Glibc.listen(socket.rawValue, 16) == 0 else { throw Errno(errno, "listen \(path)") }
+        return socket
     }
 
     /// A socket connected to `path`.
-    static func connect(to path: String) throws -> Int32 {
-        let fd = try stream()
-        let address: UnixSocketAddress
-        do { address = try UnixSocketAddress(path) } catch { close(fd); throw error }
-        let rc = address.withSockaddr { Glibc.connect(fd, $0, $1) }
-        guard rc == 0 else { let e = Errno(errno, "connect \(path)"); close(fd); throw e }
-        return fd
+    static func connect(to path: String) throws -> FileDescriptor {
+        let socket = try stream()
+        let address = try UnixSocketAddress(path)
+        guard address.withSockaddr({ Glibc.connect(socket.rawValue, $0, $1) }) == 0 else { throw Errno(errno, "connect \(path)") }
+        return socket
     }
 
     static func peer(_ fd: Int32) -> Credentials? {

@@ -35,8 +35,8 @@ final class ControlServerTests: XCTestCase {
 
     /// Sends raw bytes on a new connection, closes its sending side, reads one answer frame.
     func sendRaw(_ bytes: [UInt8]) throws -> ControlResponse {
-        let fd = try UnixSocket.connect(to: socketPath)
-        defer { close(fd) }
+        let socket = try UnixSocket.connect(to: socketPath)
+        let fd = socket.rawValue
         XCTAssertTrue(Frames.write(fd, bytes))
         shutdown(fd, Int32(SHUT_WR))  // nothing more comes: a short request ends here
         let body = try Frames.readFrame(fd, by: Deadline(seconds: 10))
@@ -106,8 +106,7 @@ final class ControlServerTests: XCTestCase {
     func testAStaleSocketIsReplaced() throws {
         server.stop()
         // A socket file whose daemon is gone: bound, then its listener closed.
-        let stale = try UnixSocket.listen(at: socketPath)
-        close(stale)
+        try UnixSocket.listen(at: socketPath).close()
         server = ControlServer(path: socketPath, owner: geteuid(), gate: fixture.gate)
         XCTAssertNoThrow(try server.start())
         XCTAssertTrue(try send(.status).ok)
