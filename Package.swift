@@ -49,6 +49,7 @@ let package = Package(
         ]),
         // Helpers the unit tests share (a temporary directory).
         .target(name: "TestSupport", dependencies: ["CofferCrypto", "CofferSystem"], path: "Tests/TestSupport"),
+        .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem"]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
         .testTarget(name: "CofferVaultTests", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", "TestSupport"]),
         .testTarget(name: "CofferFileSystemTests", dependencies: [
