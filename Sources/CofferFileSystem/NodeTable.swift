@@ -74,7 +74,8 @@ final class NodeTable: Sendable {
     /// Registers one more kernel reference to the backing inode that `fd` (an O_PATH
     /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already known.
     func remember(fd: consuming FileDescriptor, stat st: stat) -> Node {
-        var unused: FileDescriptor? = consume fd
+        // Taken by a new node; closed when this returns if the inode is already known.
+        var pending: FileDescriptor? = consume fd
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         let threshold = pressureThreshold
         let (node, pressed): (Node, Bool) = table.withLock { table in
@@ -85,7 +86,7 @@ final class NodeTable: Sendable {
                 table.byInode[key] = known
                 return (known.node, false)
             }
-            let node = Node(fd: unused.take()!, stat: st)
+            let node = Node(fd: pending.take()!, stat: st)
             table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
             if table.byInode.count > threshold && !table.pressureReported {
                 table.pressureReported = true

@@ -35,10 +35,9 @@ package func retryOnInterrupt<T: BinaryInteger>(_ call: String, _ body: () -> T)
 }
 
 public enum Sys {
-    /// openat(2) with O_CLOEXEC, returning the bare number: for a descriptor handed
-    /// straight to an owner that closes it (a Node, an open file). Anything else opens a
-    /// `FileDescriptor` (`FileDescriptor.open`), which closes itself.
-    public static func open(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32, mode: mode_t = 0) throws -> Int32 {
+    /// openat(2) with O_CLOEXEC, returning the bare number. Only `FileDescriptor.open`
+    /// calls it: outside this module every descriptor opened is owned.
+    static func open(_ name: String, in dir: Int32 = AT_FDCWD, flags: Int32, mode: mode_t = 0) throws -> Int32 {
         try retryOnInterrupt("openat") { Glibc.openat(dir, name, flags | O_CLOEXEC, mode) }
     }
 
