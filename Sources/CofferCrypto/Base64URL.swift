@@ -15,16 +15,18 @@ public enum Base64URL {
         return out.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
-    /// Decodes strictly: any character outside the alphabet, or trailing bits, fail.
+    /// Decodes strictly: the whole text must be base64url; any character outside the
+    /// alphabet (anywhere, a suffix such as `.sync-conflict-…` included), or trailing
+    /// bits, fail. (Given an end pointer, libsodium stops at the first foreign character
+    /// and succeeds on the prefix; without one it refuses the text.)
     public static func decode(_ text: String) throws -> [UInt8] {
         Sodium.ensureInitialized()
         let chars = Array(text.utf8)
         var out = [UInt8](repeating: 0, count: chars.count * 3 / 4 + 1)
         var length = 0
-        var end: UnsafePointer<CChar>? = nil
         let rc = chars.withUnsafeBufferPointer { c in
             c.withMemoryRebound(to: CChar.self) { cc in
-                sodium_base642bin(&out, out.count, cc.baseAddress, chars.count, nil, &length, &end, variant)
+                sodium_base642bin(&out, out.count, cc.baseAddress, chars.count, nil, &length, nil, variant)
             }
         }
         guard rc == 0 else { throw CryptoError.malformed(what: "base64url text") }

@@ -11,11 +11,14 @@ public enum BackingName: Equatable {
     case short(String)
     /// `coffer.long.<hash>` plus a sidecar `coffer.long.<hash>.name` holding `encoded`.
     case long(hashed: String, encoded: String)
+    /// A sync engine's conflict copy of another entry (ConflictName): named by the
+    /// engine, with no sidecar of its own (a long name's copy shares the original's).
+    case conflictCopy(String)
 
     /// The directory entry's name in the backing directory.
     public var name: String {
         switch self {
-        case .short(let name): return name
+        case .short(let name), .conflictCopy(let name): return name
         case .long(let hashed, _): return hashed
         }
     }
@@ -78,10 +81,38 @@ public struct NameTransform: Sendable {
     }
 
     /// The plaintext name of backing entry `backingName` in directory `dir`, or nil if
-    /// the entry is reserved. Throws `nameDamaged`/`longNameDamaged` for foreign or
-    /// tampered names.
+    /// the entry is reserved (or a sync engine's copy of a reserved file). A conflict
+    /// copy of an entry gets the name `ConflictName.display` gives it. Throws
+    /// `nameDamaged`/`longNameDamaged` for foreign or tampered names: the whole backing
+    /// name must be an encrypted name, a long name or such a copy of one.
     public func plaintextName(ofBacking backingName: String, dirIV: [UInt8], in dir: Int32) throws -> [UInt8]? {
         if Self.isReserved(backingName) { return nil }
+        guard let copy = ConflictName.parse(backingName: backingName) else {
+            return try plaintextName(ofEntry: backingName, dirIV: dirIV, in: dir)
+        }
+        let original = String(decoding: copy.original, as: UTF8.self)
+        if Self.isReserved(original) { return nil }
+        do {
+            guard let shown = ConflictName.display(original: try plaintextName(ofEntry: original, dirIV: dirIV, in: dir),
+                                                   markers: copy.markers) else { throw VaultError.nameTooLong }
+            return shown
+        } catch {
+            throw VaultError.nameDamaged(backingName: backingName)
+        }
+    }
+
+    /// The backing name of the conflict copy shown as plaintext `name` (see
+    /// `ConflictName`), if `exists` finds one of its possible spellings; nil for names
+    /// that are no copy's.
+    public func conflictCopyName(for name: [UInt8], dirIV: [UInt8], exists: (String) -> Bool) throws -> BackingName? {
+        guard let copy = ConflictName.parse(plaintext: name) else { return nil }
+        let original = try backingName(for: copy.original, dirIV: dirIV)
+        return ConflictName.backingCandidates(original: original.name, markers: copy.markers)
+            .first(where: exists).map(BackingName.conflictCopy)
+    }
+
+    /// The plaintext name of an encrypted name or a long name (no conflict markers).
+    private func plaintextName(ofEntry backingName: String, dirIV: [UInt8], in dir: Int32) throws -> [UInt8] {
         var encoded = backingName
         if Self.isLongName(backingName) {
             guard let sidecar = try? Sys.readFile(backingName + Self.sidecarSuffix, in: dir, limit: 4096),

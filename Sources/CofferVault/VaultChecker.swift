@@ -14,6 +14,11 @@ public struct VaultProblem: CustomStringConvertible {
     public let what: String
     /// A harmless leftover of a crash, not damage.
     public let isLeftover: Bool
+    /// A sync engine's conflict copy: no damage, shown under its own name (ConflictName).
+    public var isConflict = false
+
+    /// The line's label: "damaged", "leftover" or "conflict".
+    public var kind: String { isConflict ? "conflict" : isLeftover ? "leftover" : "damaged" }
 
     public var description: String {
         backingName.map { "\(path == "/" ? "" : path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
@@ -28,6 +33,8 @@ public struct VaultCheckSummary {
     public var problems = 0
     /// Harmless crash leftovers found (and, with repair, removed or put right).
     public var leftovers = 0
+    /// Sync engines' conflict copies found (left as they are).
+    public var conflicts = 0
 }
 
 public final class VaultChecker {
@@ -61,6 +68,14 @@ public final class VaultChecker {
     private func problem(_ path: String, _ what: String, backingName: String? = nil) {
         summary.problems += 1
         report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what, isLeftover: false))
+    }
+
+    /// Reports a sync engine's conflict copy (never repaired: it is a version of a file).
+    private func conflict(_ path: String, _ what: String, backingName: String? = nil) {
+        summary.conflicts += 1
+        var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what, isLeftover: false)
+        line.isConflict = true
+        report(line)
     }
 
     /// Reports a harmless leftover; with repair, `fix` removes it first.
@@ -124,14 +139,19 @@ public final class VaultChecker {
                 continue
             }
             let name: [UInt8]
+            let copy = ConflictName.parse(backingName: entry.name)
             do {
-                guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else { continue }
+                guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else {
+                    if let copy { conflict(path, "a sync engine's copy of \(String(decoding: copy.original, as: UTF8.self))", backingName: entry.name) }
+                    continue
+                }
                 name = decoded
             } catch {
                 problem(path, "\(error)", backingName: entry.name)
                 continue
             }
             let childPath = path + "/" + String(decoding: name, as: UTF8.self)
+            if copy != nil { conflict(childPath, "a sync engine's conflict copy, shown under this name") }
             do {
                 let st = try Sys.stat(entry.name, in: dir)
                 switch st.st_mode & S_IFMT {

@@ -85,7 +85,9 @@ struct FsckCommand: ParsableCommand {
             itself is damaged), what is wrong, and the block index: "damaged:" lines for damage \
             (exit status 40), "leftover:" lines for the harmless leftovers of a crash (orphan \
             long-name sidecars, temporary directories and files, blocks torn by a crash that \
-            the undo journal puts back), which alone leave the exit status 0. With --repair \
+            the undo journal puts back), which alone leave the exit status 0; "conflict:" lines \
+            for the copies a sync engine kept of a file changed on two machines (exit status 0: \
+            each is a version of the file, shown in the mount under its own name). With --repair \
             (the vault must not be mounted), the leftovers are removed or put right.
             """)
 
@@ -114,7 +116,7 @@ struct FsckCommand: ParsableCommand {
             let onTerminal = isatty(2) == 1
             let checker = VaultChecker(vault: vault, master: master, journal: journal, repair: repair, report: { problem in
                 if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
-                print("\(problem.isLeftover ? "leftover" : "damaged"): \(problem)")
+                print("\(problem.kind): \(problem)")
                 fflush(nil)  // every stream: stdout before the raw write to fd 1 (stdout itself is a C global Swift 6 refuses)
             }, progress: { summary in
                 guard onTerminal else { return }
@@ -124,7 +126,8 @@ struct FsckCommand: ParsableCommand {
             let summary = checker.run()
             if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
             let leftovers = summary.leftovers == 0 ? "" : "; \(summary.leftovers) harmless leftover\(summary.leftovers == 1 ? "" : "s") of a crash\(repair ? " repaired" : " (coffer fsck --repair removes them)")"
-            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(leftovers)")
+            let conflicts = summary.conflicts == 0 ? "" : "; \(summary.conflicts) conflict cop\(summary.conflicts == 1 ? "y" : "ies") of a sync engine (each listed; rename or delete them as any file)"
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(leftovers)\(conflicts)")
             // Every record a crash could need was applied or found unneeded.
             if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
             if summary.problems > 0 { throw ExitCode(ExitStatus.damageFound.rawValue) }

@@ -51,6 +51,12 @@ final class KeyDerivationTests: XCTestCase {
         XCTAssertEqual(try Base64URL.decode("AA"), [0])
         XCTAssertThrowsError(try Base64URL.decode("AB"))
         XCTAssertThrowsError(try Base64URL.decode("a"))
+        // The whole text is decoded: a valid name with a suffix (a sync engine's
+        // conflict copy) is not that name.
+        let name = Base64URL.encode(Array(0..<32))
+        for suffix in [".sync-conflict-20261123-101500-ABCDEFG", " (1)", "~", ".", "=", "\n"] {
+            XCTAssertThrowsError(try Base64URL.decode(name + suffix), suffix)
+        }
     }
 
     func testRecoveryKeyFormatsAndParses() throws {

@@ -53,6 +53,14 @@ final class FormatVectorTests: XCTestCase {
         let names = NameTransform(cipher: keys.names)
         out.append(("name_short_plain", "hello.txt"))
         out.append(("name_short_backing", try names.backingName(for: Array("hello.txt".utf8), dirIV: dirIV).name))
+        // A sync engine's conflict copy of it (§5): shown under the plaintext name with the
+        // engine's marker before the extension; the same name with any other suffix is no name.
+        let short = try names.backingName(for: Array("hello.txt".utf8), dirIV: dirIV).name
+        let copy = short + ".sync-conflict-20261123-101500-ABCDEFG"
+        out.append(("name_conflict_backing", copy))
+        out.append(("name_conflict_shown", String(decoding: try names.plaintextName(ofBacking: copy, dirIV: dirIV, in: -1)!, as: UTF8.self)))
+        out.append(("name_suffixed_backing", short + ".bak"))
+        XCTAssertThrowsError(try names.plaintextName(ofBacking: short + ".bak", dirIV: dirIV, in: -1))
         let long = try names.backingName(for: [UInt8](repeating: 0x4c, count: 200), dirIV: dirIV)
         out.append(("name_long_plain", "200 × 'L' (0x4c)"))
         out.append(("name_long_backing", long.name))

@@ -148,3 +148,82 @@ final class MetadataCodecTests: XCTestCase {
         XCTAssertThrowsError(try codec.backingName(for: Array(repeating: 0x61, count: XattrCodec.maxNameLength + 1)))
     }
 }
+
+/// Names a sync engine gives the copies it makes: strict decoding, and the readable names
+/// coffer shows such copies under (ConflictName).
+final class ConflictNameTests: XCTestCase {
+    let names = NameTransform(cipher: NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32)))
+    var dir: TempDirectory!
+    var iv: [UInt8] = []
+
+    override func setUp() {
+        dir = TempDirectory()
+        iv = try! DirectoryIV.create(in: dir.fd)
+    }
+
+    let syncthing = ".sync-conflict-20261123-101500-ABCDEFG"
+    let nextcloud = " (conflicted copy 2026-11-23 101500)"
+    let dropbox = " (Ann's conflicted copy 2026-11-23)"
+    let taken = " (1)"
+
+    func testAValidNameWithASuffixIsNotThatName() throws {
+        let backing = try names.backingName(for: Array("plans.txt".utf8), dirIV: iv)
+        for suffix in ["~", ".bak", "x", " ", ".sync-conflict-x"] {
+            XCTAssertThrowsError(try names.plaintextName(ofBacking: backing.name + suffix, dirIV: iv, in: dir.fd), suffix) {
+                XCTAssertEqual($0 as? VaultError, .nameDamaged(backingName: backing.name + suffix))
+            }
+        }
+    }
+
+    func testEveryEnginesCopyOfAShortNameIsShownWithItsMarkerBeforeTheExtension() throws {
+        let backing = try names.backingName(for: Array("report.odt".utf8), dirIV: iv)
+        for marker in [syncthing, nextcloud, dropbox, taken] {
+            let shown = try names.plaintextName(ofBacking: backing.name + marker, dirIV: iv, in: dir.fd)
+            XCTAssertEqual(shown.map { String(decoding: $0, as: UTF8.self) }, "report" + marker + ".odt")
+            // …and the shown name leads back to the copy, not to the original.
+            let found = try names.conflictCopyName(for: Array(("report" + marker + ".odt").utf8), dirIV: iv) {
+                $0 == backing.name + marker
+            }
+            XCTAssertEqual(found, .conflictCopy(backing.name + marker))
+        }
+        // Without an extension the marker is appended; a copy of a copy keeps both markers.
+        let plain = try names.backingName(for: Array("Makefile".utf8), dirIV: iv)
+        XCTAssertEqual(try names.plaintextName(ofBacking: plain.name + syncthing + taken, dirIV: iv, in: dir.fd),
+                       Array(("Makefile" + syncthing + taken).utf8))
+    }
+
+    func testACopyOfALongNameIsShownThroughTheOriginalsSidecar() throws {
+        let name = Array(repeating: UInt8(ascii: "L"), count: 200) + Array(".txt".utf8)
+        let backing = try names.backingName(for: name, dirIV: iv)
+        try NameTransform.writeSidecar(backing, in: dir.fd)
+        // Syncthing inserts before the last '.': coffer.long<marker>.<hash>.
+        let hash = backing.name.dropFirst(NameTransform.longNamePrefix.count)
+        let copy = "coffer.long" + syncthing + "." + hash
+        XCTAssertEqual(try names.plaintextName(ofBacking: copy, dirIV: iv, in: dir.fd),
+                       Array(repeating: UInt8(ascii: "L"), count: 200) + Array((syncthing + ".txt").utf8))
+        XCTAssertEqual(ConflictName.backingCandidates(original: backing.name, markers: Array(syncthing.utf8)).first, copy)
+    }
+
+    func testCopiesOfCoffersOwnFilesAreNotEntries() throws {
+        for reserved in ["coffer" + syncthing + ".diriv", "coffer" + nextcloud + ".conf", "coffer.long.abc" + syncthing + ".name"] {
+            XCTAssertNil(try names.plaintextName(ofBacking: reserved, dirIV: iv, in: dir.fd), reserved)
+        }
+    }
+
+    func testMarkersAreRecognisedExactly() {
+        let parse = { (s: String) in ConflictName.parse(plaintext: Array(s.utf8)) }
+        XCTAssertEqual(parse("a" + syncthing + ".txt")?.original, Array("a.txt".utf8))
+        XCTAssertEqual(parse("a" + nextcloud)?.original, Array("a".utf8))
+        // The marker must stand where coffer puts it, and be well formed.
+        XCTAssertNil(parse("a.txt" + syncthing))
+        XCTAssertNil(parse("a.sync-conflict-2026112-101500-ABCDEFG.txt"))
+        XCTAssertNil(parse("a.sync-conflict-20261123-101500-abcdefg.txt"))
+        XCTAssertNil(parse("a (12345)"))
+        XCTAssertNil(parse("a (x)"))
+        XCTAssertNil(parse("a (1) b (2).txt"))  // two separate runs: ambiguous
+        XCTAssertNil(parse(syncthing))          // nothing but a marker
+        XCTAssertNil(parse("plain.txt"))
+        // A display name that would pass 255 bytes is not offered.
+        XCTAssertNil(ConflictName.display(original: Array(repeating: 0x61, count: 250), markers: Array(syncthing.utf8)))
+    }
+}

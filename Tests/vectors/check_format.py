@@ -136,6 +136,26 @@ def b64url_decode(text: str) -> bytes:
     return data
 
 
+CONFLICT_MARKER = re.compile(
+    rb"(?:\.sync-conflict-[0-9]{8}-[0-9]{6}-[A-Z0-9]{7}|"
+    rb" \([^()]*conflicted copy[^()]*\)| \([0-9]{1,4}\))+")
+
+
+def conflict_shown(k_mac: bytes, k_stream: bytes, iv: bytes, backing: str):
+    """§5 The plaintext name of a sync engine's conflict copy of a short name: the
+    marker run moves from the end of the encrypted name to before the extension."""
+    raw = backing.encode("ascii")
+    runs = list(CONFLICT_MARKER.finditer(raw))
+    if len(runs) != 1 or runs[0].end() != len(raw):
+        return None
+    plain = decrypt_name(k_mac, k_stream, iv, raw[:runs[0].start()].decode("ascii"))
+    if plain is None:
+        return None
+    dot = plain.rfind(b".")
+    at = dot if dot > 0 else len(plain)
+    return plain[:at] + runs[0].group(0) + plain[at:]
+
+
 def u16(n: int) -> bytes:
     return struct.pack(">H", n)
 
@@ -487,6 +507,16 @@ def main() -> int:
     respelled = name[:-1] + alphabet[alphabet.index(name[-1]) ^ 0x01]
     check("roundtrip:name_short_noncanonical_base64_refused",
           repr(decrypt_name(k_mac, k_stream, DIR_IV, respelled)), repr(None))
+
+    # §5 strict names and conflict copies: a valid name with a suffix is no name; a
+    # Syncthing conflict copy is shown with its marker before the extension
+    check("name_suffixed_backing", short_name + ".bak")
+    check("name_conflict_backing", short_name + ".sync-conflict-20261123-101500-ABCDEFG")
+    check("roundtrip:name_suffixed_refused",
+          repr(decrypt_name(k_mac, k_stream, DIR_IV, vectors["name_suffixed_backing"])), repr(None))
+    check("name_conflict_shown",
+          repr(conflict_shown(k_mac, k_stream, DIR_IV, vectors["name_conflict_backing"])),
+          repr(vectors["name_conflict_shown"].encode("utf-8")))
 
     # §6 long name
     long_plain = parse_repeat(vectors["name_long_plain"])
