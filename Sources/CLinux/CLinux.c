@@ -3,10 +3,14 @@
 #define _GNU_SOURCE 1
 #include "CLinux.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/fanotify.h>
 #include <sys/prctl.h>
+#include <sys/statfs.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -71,3 +75,68 @@ int clinux_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, 
 int clinux_exit_status(int status) { return WEXITSTATUS(status); }
 
 int clinux_term_signal(int status) { return WTERMSIG(status); }
+
+const unsigned long long clinux_FAN_Q_OVERFLOW = FAN_Q_OVERFLOW;
+const unsigned long long clinux_FAN_MODIFY = FAN_MODIFY;
+const unsigned long long clinux_FAN_ATTRIB = FAN_ATTRIB;
+const unsigned long long clinux_FAN_ONDIR = FAN_ONDIR;
+const int clinux_DIRECTORY_KEY_MAX = sizeof(__kernel_fsid_t) + sizeof(int) + MAX_HANDLE_SZ;
+
+int clinux_fanotify_init(void) {
+    return fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_DFID_NAME | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_CLOEXEC);
+}
+
+int clinux_fanotify_watch(int group, int dirfd, int add) {
+    const unsigned long long mask = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_MODIFY | FAN_ATTRIB
+        | FAN_ONDIR | FAN_EVENT_ON_CHILD;
+    char path[32];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);
+    return fanotify_mark(group, add ? FAN_MARK_ADD : FAN_MARK_REMOVE, mask, AT_FDCWD, path);
+}
+
+int clinux_directory_key(int fd, unsigned char *key, int capacity) {
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0) return -1;
+    struct { struct file_handle handle; unsigned char bytes[MAX_HANDLE_SZ]; } h;
+    h.handle.handle_bytes = MAX_HANDLE_SZ;
+    int mount_id;
+    if (name_to_handle_at(fd, "", &h.handle, &mount_id, AT_EMPTY_PATH) != 0) return -1;
+    int length = (int)(sizeof fs.f_fsid + sizeof h.handle.handle_type + h.handle.handle_bytes);
+    if (length > capacity) { errno = ENOSPC; return -1; }
+    memcpy(key, &fs.f_fsid, sizeof fs.f_fsid);
+    memcpy(key + sizeof fs.f_fsid, &h.handle.handle_type, sizeof h.handle.handle_type);
+    memcpy(key + sizeof fs.f_fsid + sizeof h.handle.handle_type, h.handle.f_handle, h.handle.handle_bytes);
+    return length;
+}
+
+int clinux_fanotify_next(const void *buffer, size_t length, size_t *offset, struct clinux_directory_event *event) {
+    if (*offset >= length) return 0;
+    const struct fanotify_event_metadata *m = (const void *)((const char *)buffer + *offset);
+    size_t left = length - *offset;
+    if (!FAN_EVENT_OK(m, left)) return 0;
+    *offset += m->event_len;
+    event->mask = m->mask;
+    event->pid = m->pid;
+    event->key_length = 0;
+    event->name = "";
+    // Info records follow the metadata; the one that names the directory and entry.
+    size_t at = m->metadata_len;
+    while (at + sizeof(struct fanotify_event_info_header) <= m->event_len) {
+        const struct fanotify_event_info_fid *info = (const void *)((const char *)m + at);
+        if (info->hdr.len == 0 || at + info->hdr.len > m->event_len) break;
+        if (info->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || info->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
+            const struct file_handle *h = (const void *)info->handle;
+            // The key as clinux_directory_key writes it: fsid, handle type, handle bytes.
+            if (h->handle_bytes <= MAX_HANDLE_SZ) {
+                unsigned char *key = event->key;
+                memcpy(key, &info->fsid, sizeof info->fsid);
+                memcpy(key + sizeof info->fsid, &h->handle_type, sizeof h->handle_type);
+                memcpy(key + sizeof info->fsid + sizeof h->handle_type, h->f_handle, h->handle_bytes);
+                event->key_length = (int)(sizeof info->fsid + sizeof h->handle_type + h->handle_bytes);
+            }
+            if (info->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME) event->name = (const char *)h->f_handle + h->handle_bytes;
+        }
+        at += info->hdr.len;
+    }
+    return 1;
+}

@@ -82,9 +82,10 @@ enum FuseOperations {
                 replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name)))
             } catch let error as Errno where error.code == ENOENT {
                 // A negative entry: the kernel may remember that the name is absent
-                // (every create comes through this mount, which replaces it).
+                // (a create through this mount replaces it; one by another program is
+                // invalidated, see OtherWriters).
                 var param = fuse_entry_param()
-                param.entry_timeout = entryTimeout
+                param.entry_timeout = fs(req).entryCacheSeconds(in: parent)
                 fuse_reply_entry(req, &param)
             }
         }
@@ -102,7 +103,7 @@ enum FuseOperations {
     }
 
     static func getattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        replying(req) { replyAttr(req, try fs(req).getattr(ino)) }
+        replying(req) { replyAttr(req, ino, try fs(req).getattr(ino)) }
     }
 
     static func setattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ attr: UnsafeMutablePointer<stat>?, _ toSet: Int32,
@@ -126,7 +127,7 @@ enum FuseOperations {
             } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
                 changes.modificationTime = st.st_mtim
             }
-            replyAttr(req, try fs(req).setattr(ino, changes: changes, handle: fi?.pointee.fh))
+            replyAttr(req, ino, try fs(req).setattr(ino, changes: changes, handle: fi?.pointee.fh))
         }
     }
 
@@ -195,10 +196,10 @@ enum FuseOperations {
             fi!.pointee.fh = try fs(req).open(ino, flags: fi!.pointee.flags, caller: caller(req))
             // Writes go straight to the backing file: close needs no FLUSH round trip.
             fi!.pointee.noflush = 1
-            // Every change comes through this mount and keeps the kernel's pages
-            // current, so pages cached by an earlier open are still right (a lock
-            // drops them all).
-            fi!.pointee.keep_cache = 1
+            // A change through this mount keeps the kernel's pages current, one by another
+            // program drops them (OtherWriters), so pages cached by an earlier open are
+            // still right where such changes are watched (a lock drops them all).
+            fi!.pointee.keep_cache = fs(req).keepsPages(of: ino) ? 1 : 0
             if fuse_reply_open(req, fi) != 0 { fs(req).release(fi!.pointee.fh) }
         }
     }
@@ -328,13 +329,6 @@ enum FuseOperations {
     }
 }
 
-/// How long the kernel may cache entries and attributes, in seconds. Every change
-/// comes through this mount, and the kernel drops or updates what a change makes
-/// stale; a lock and node-table pressure invalidate explicitly. So only an edit of
-/// CIPHERDIR behind the mount's back (unsupported) could show late, by up to this.
-let entryTimeout = 60.0
-private let attributeTimeout = 60.0
-
 private func fs(_ req: fuse_req_t?) -> PlainFileSystem {
     Unmanaged<PlainFileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
@@ -379,8 +373,10 @@ private func entryParam(_ entry: PlainFileSystem.Entry) -> fuse_entry_param {
     var param = fuse_entry_param()
     param.ino = entry.node
     param.attr = entry.attributes
-    param.attr_timeout = attributeTimeout
-    param.entry_timeout = entryTimeout
+    // How long the kernel may cache them: the file system's policy (OtherWriters), which
+    // keeps them long only where another program's change would be seen.
+    param.attr_timeout = entry.validFor
+    param.entry_timeout = entry.validFor
     return param
 }
 
@@ -392,9 +388,9 @@ private func replyEntry(_ req: fuse_req_t?, _ entry: PlainFileSystem.Entry) {
     }
 }
 
-private func replyAttr(_ req: fuse_req_t?, _ st: stat) {
+private func replyAttr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ st: stat) {
     var st = st
-    fuse_reply_attr(req, &st, attributeTimeout)
+    fuse_reply_attr(req, &st, fs(req).attributeCacheSeconds(of: ino))
 }
 
 /// getxattr/listxattr: size 0 asks for the length; a smaller buffer is ERANGE (thrown,

@@ -5,6 +5,7 @@
 // there is no kernel cache of the mount, so nothing is there to invalidate, and a
 // request is rightly dropped.
 import CFuse
+import Glibc
 import Synchronization
 
 public final class SessionLink: Sendable {
@@ -27,5 +28,21 @@ public final class SessionLink: Sendable {
     public func attributesChanged(_ node: UInt64) {
         guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
         fuse_lowlevel_notify_inval_inode(session, node, -1, 0)
+    }
+
+    /// Tells the kernel to drop `node`'s pages and attributes (another program changed
+    /// the backing file). Not from a request handler: it waits for the node's page locks.
+    public func contentChanged(_ node: UInt64) {
+        guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
+        fuse_lowlevel_notify_inval_inode(session, node, 0, 0)
+    }
+
+    /// Tells the kernel to drop its entry `name` in directory `parent`, found or absent.
+    /// Not from a request handler: it waits for the directory's lock.
+    public func entryChanged(_ parent: UInt64, _ name: [UInt8]) {
+        guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
+        var cName = name.map { CChar(bitPattern: $0) } + [0]
+        defer { explicit_bzero(&cName, cName.count) }
+        _ = fuse_lowlevel_notify_inval_entry(session, parent, cName, name.count)
     }
 }

@@ -23,8 +23,25 @@ public final class Node: Sendable {
     /// Blocks written since this inode's last fsync (their rewrites need no durable undo record).
     let volatileBlocks = VolatileBlocks()
 
+    /// Milliseconds (CLOCK_MONOTONIC) when another program last changed this backing
+    /// directory, 0 if never seen (OtherWriters); the kernel caches its entries briefly
+    /// for a while after such a change.
+    let changedByOthersAt = Atomic<Int64>(0)
+    /// This directory is watched for other programs' changes (OtherWriters): the kernel
+    /// may cache its entries for long.
+    let isWatched = Atomic<Bool>(false)
+    /// The backing inode lost its last name through this mount (unlink, rename over
+    /// it): its open files keep working, as on a local file system. Any other way an
+    /// inode loses its last name is another program's doing.
+    let removedThroughMount = Atomic<Bool>(false)
+
     private struct State: Sendable {
         var cachedDirIV: [UInt8]?
+        /// The directory this node was last entered in; unlike `parent`, kept through a
+        /// lock (it names no plaintext), for the cache policy of OtherWriters.
+        var directory: Node?
+        /// This directory's key with OtherWriters while it is watched.
+        var watchKey: [UInt8]?
         /// True once a regular file was checked for blocks a crash tore (UndoJournal).
         var crashChecked = false
         /// Last known parent and plaintext name, only for naming the file in damage reports.
@@ -69,6 +86,27 @@ public final class Node: Sendable {
 
     func setDirectoryIV(_ iv: [UInt8]) { state.withLock { $0.cachedDirIV = iv } }
 
+    /// Drops the cached IV: another program changed the IV file.
+    func forgetDirectoryIV() { state.withLock { $0.cachedDirIV = nil } }
+
+    /// The directory this node was last entered in (nil for the root).
+    var directory: Node? { state.withLock { $0.directory } }
+
+    /// The key OtherWriters watches this directory under; set once it is watched, taken
+    /// back when the watch ends.
+    var watchKey: [UInt8]? {
+        get { state.withLock { $0.watchKey } }
+        set { state.withLock { $0.watchKey = newValue } }
+    }
+
+    /// Copies of the names the kernel may cache here (to invalidate them outside any lock).
+    func cachedNameCopies() -> [[UInt8]] {
+        guard let names = state.withLock({ $0.cachedNames }) else { return [] }
+        var copies: [[UInt8]] = []
+        names.forEach { copies.append(Array($0)) }
+        return copies
+    }
+
     /// Records that the kernel may cache an entry (positive or negative) `name` here.
     func rememberEntry(_ name: [UInt8]) {
         state.withLock { state in
@@ -102,6 +140,7 @@ public final class Node: Sendable {
         state.withLock { state in
             state.name = name
             state.parent = parent
+            if let parent { state.directory = parent }
         }
     }
 

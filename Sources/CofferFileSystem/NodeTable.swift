@@ -71,31 +71,38 @@ final class NodeTable: Sendable {
         }
     }
 
+    /// The node of backing inode `st`, if the kernel holds one.
+    func known(_ st: stat) -> Node? {
+        let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
+        return table.withLock { $0.byInode[key]?.node }
+    }
+
     /// Registers one more kernel reference to the backing inode that `fd` (an O_PATH
-    /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already known.
-    func remember(fd: consuming FileDescriptor, stat st: stat) -> Node {
+    /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already
+    /// known. `isNew`: the node was made by this call.
+    func remember(fd: consuming FileDescriptor, stat st: stat) -> (node: Node, isNew: Bool) {
         // Taken by a new node; closed when this returns if the inode is already known.
         var pending: FileDescriptor? = consume fd
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         let threshold = pressureThreshold
-        let (node, pressed): (Node, Bool) = table.withLock { table in
+        let (node, isNew, pressed): (Node, Bool, Bool) = table.withLock { table in
             table.tick += 1
             if var known = table.byInode[key] {
                 known.lookups += 1
                 known.lastEntered = table.tick
                 table.byInode[key] = known
-                return (known.node, false)
+                return (known.node, false, false)
             }
             let node = Node(fd: pending.take()!, stat: st)
             table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
             if table.byInode.count > threshold && !table.pressureReported {
                 table.pressureReported = true
-                return (node, true)
+                return (node, true, true)
             }
-            return (node, false)
+            return (node, true, false)
         }
         if pressed { onPressure() }
-        return node
+        return (node, isNew)
     }
 
     /// The relief asked for by `onPressure` is done: report pressure again when it returns.
@@ -109,15 +116,18 @@ final class NodeTable: Sendable {
         }.prefix(count).map { $0 }
     }
 
-    /// Drops `count` kernel references; the node is freed when none are left.
-    func forget(_ id: UInt64, count: UInt64) {
-        guard id != Self.rootID else { return }
+    /// Drops `count` kernel references; the node is freed when none are left, and then
+    /// returned (for what must end with it) — alive until the caller lets go.
+    @discardableResult
+    func forget(_ id: UInt64, count: UInt64) -> Node? {
+        guard id != Self.rootID else { return nil }
         let node = node(id)
         let key = InodeKey(dev: node.dev, ino: node.ino)
-        table.withLock { table in
-            guard var known = table.byInode[key], known.node === node else { return }
+        return table.withLock { table -> Node? in
+            guard var known = table.byInode[key], known.node === node else { return nil }
             known.lookups -= min(count, known.lookups)
             table.byInode[key] = known.lookups == 0 ? nil : known
+            return known.lookups == 0 ? node : nil
         }
     }
 

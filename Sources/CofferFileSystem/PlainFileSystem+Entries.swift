@@ -167,12 +167,22 @@ extension PlainFileSystem {
     public func unlink(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try backingName(name, in: dir, keys: keys)
+            let backing = try existingBackingName(name, in: dir, keys: keys)
             let targetSidecar = lastLinkTargetSidecar(backing.name, in: dir, keys: keys)
+            markRemovedThroughMount(backing.name, in: dir)
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
             if let targetSidecar { SymlinkCodec.removeSidecar(targetSidecar, in: nodes.root.fd) }
         }
+    }
+
+    /// Marks the node of backing entry `backingName` (if the kernel holds it) as losing
+    /// its last name through this mount, which its open files survive (see
+    /// `refuseIfRemovedByOthers`). Marked before the removal: a removal that then fails
+    /// only spares a later write the check.
+    private func markRemovedThroughMount(_ backingName: String, in dir: Node) {
+        guard let st = try? Sys.stat(backingName, in: dir.fd), st.st_nlink <= 1, let node = nodes.known(st) else { return }
+        node.removedThroughMount.store(true, ordering: .releasing)
     }
 
     /// The target sidecar of backing entry `backingName` if it is the last link to a
@@ -191,7 +201,7 @@ extension PlainFileSystem {
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try backingName(name, in: dir, keys: keys)
+            let backing = try existingBackingName(name, in: dir, keys: keys)
             try replacingEmptyDirectory(backing.name, in: dir) {}
             NameTransform.removeSidecar(backing, in: dir.fd)
         }
@@ -220,11 +230,12 @@ extension PlainFileSystem {
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
-            let old = try backingName(name, in: from, keys: keys)
+            let old = try existingBackingName(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
             // A symlink replaced by the rename takes its long target's sidecar with it.
             let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
                 ? lastLinkTargetSidecar(new.name, in: to, keys: keys) : nil
+            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) { markRemovedThroughMount(new.name, in: to) }
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
                 to.rememberEntry(newName)
@@ -276,6 +287,7 @@ extension PlainFileSystem {
                         }
                     }
                 }
+                try refuseIfRemovedByOthers(node)
             }
             if let caller = changes.dropSetIDFor { _ = try dropSetID(node, fd: nil, caller: caller) }
             if changes.accessTime != nil || changes.modificationTime != nil {

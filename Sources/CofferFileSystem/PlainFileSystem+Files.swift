@@ -132,6 +132,7 @@ extension PlainFileSystem {
                                     safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
+            try refuseIfRemovedByOthers(file)
             if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { attributesChanged(nodes.id(of: file.node)) }
             return data.count
         }
@@ -168,6 +169,7 @@ extension PlainFileSystem {
             // write racing with it counts as durable: safe, if dearer.)
             file.node.volatileBlocks.removeAll()
             try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
+            if file.writable { try refuseIfRemovedByOthers(file) }
             try makeAncestorsDurable(file.node)
         }
     }
@@ -180,6 +182,18 @@ extension PlainFileSystem {
 
     /// A directory is being removed: forget that its IV was made durable.
     func forgetSyncedDirectory(_ st: stat) { durableDirectories.forget(st) }
+
+    /// Throws ESTALE if `file`'s backing inode has no name left and did not lose it
+    /// through this mount: another program (a sync engine replacing the file by rename,
+    /// a delete on another machine) removed it, and what was just written there would be
+    /// lost with the inode. Checked after the write, so that a removal before it is
+    /// always seen: the write is then not acknowledged. One fstat per request.
+    func refuseIfRemovedByOthers(_ file: OpenFile) throws { try refuseIfRemovedByOthers(file.node) }
+
+    func refuseIfRemovedByOthers(_ node: Node) throws {
+        guard try Sys.stat(node.fd).st_nlink == 0, !node.removedThroughMount.load(ordering: .acquiring) else { return }
+        throw Errno(ESTALE, "another program replaced or removed the backing file (inode \(node.ino)) after it was opened; write refused")
+    }
 
     /// The kernel closed its last reference to the handle. Needs no key.
     public func release(_ handle: UInt64) { OpenFile.release(handle) }
@@ -202,6 +216,7 @@ extension PlainFileSystem {
                     try reportingDamage(file.node) { try content.truncate(to: offset + length) }
                 }
             }
+            try refuseIfRemovedByOthers(file)
         }
     }
 

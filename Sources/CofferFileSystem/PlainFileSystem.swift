@@ -19,7 +19,16 @@ public final class PlainFileSystem: Sendable {
     public struct Options: Sendable {
         /// chown new entries to the calling user (a root daemon serving other users).
         public var preserveOwner = false
-        public init(preserveOwner: Bool = false) { self.preserveOwner = preserveOwner }
+        /// Watch CIPHERDIR for other programs' changes (OtherWriters); `followOtherWriters()`
+        /// starts following them. Without it, everything is cached briefly.
+        public var watchOtherWriters = false
+        /// Most backing directories watched at once (beyond: cached briefly).
+        public var watchLimit = Int.max
+        public init(preserveOwner: Bool = false, watchOtherWriters: Bool = false, watchLimit: Int = .max) {
+            self.preserveOwner = preserveOwner
+            self.watchOtherWriters = watchOtherWriters
+            self.watchLimit = watchLimit
+        }
     }
 
     /// Who asked: new entries belong to them when `preserveOwner` is set.
@@ -38,6 +47,8 @@ public final class PlainFileSystem: Sendable {
     public struct Entry {
         public let node: UInt64
         public let attributes: stat
+        /// Seconds the kernel may cache the name and the attributes (OtherWriters).
+        public var validFor = OtherWriters.longCache
     }
 
     /// The keys and the codecs built on them; present only while unlocked.
@@ -58,6 +69,8 @@ public final class PlainFileSystem: Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
+    /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
+    let otherWriters: OtherWriters
     /// What the gate guards: the keys while unlocked, and the operations running with them.
     private struct GateState: ~Copyable {
         var keys: Keys?
@@ -93,7 +106,7 @@ public final class PlainFileSystem: Sendable {
     /// as in tests).
     public let logger: Logger
     /// What this file system tells the layer above it.
-    private let hooks: Hooks
+    let hooks: Hooks
     /// CLOCK_MONOTONIC seconds of the last operation that needed the keys (idle lock).
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
@@ -108,11 +121,22 @@ public final class PlainFileSystem: Sendable {
         /// invalidate from that thread (the kernel may hold the directory lock of the
         /// request) but hand the work to another.
         public var nodePressure: @Sendable () -> Void
+        /// Another program changed the node's backing inode in place: the kernel must drop
+        /// its pages and attributes. Called from the watching thread.
+        public var contentChanged: @Sendable (UInt64) -> Void
+        /// Another program added, removed or replaced the entry of this plaintext name in
+        /// the directory: the kernel must drop what it caches of the name. Called from the
+        /// watching thread.
+        public var entryChanged: @Sendable (UInt64, [UInt8]) -> Void
 
         public init(attributesChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
-                    nodePressure: @escaping @Sendable () -> Void = {}) {
+                    nodePressure: @escaping @Sendable () -> Void = {},
+                    contentChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
+                    entryChanged: @escaping @Sendable (UInt64, [UInt8]) -> Void = { _, _ in }) {
             self.attributesChanged = attributesChanged
             self.nodePressure = nodePressure
+            self.contentChanged = contentChanged
+            self.entryChanged = entryChanged
         }
     }
 
@@ -135,6 +159,8 @@ public final class PlainFileSystem: Sendable {
         // The node owns the descriptor from here on.
         nodes = NodeTable(root: Node(fd: root, stat: rootStat), pressureThreshold: threshold,
                           onPressure: hooks.nodePressure)
+        otherWriters = OtherWriters(enabled: options.watchOtherWriters, limit: options.watchLimit, logger: logger)
+        otherWriters.watch(nodes.root)
         do {
             journal = try UndoJournal(directory: vault.root.rawValue)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
@@ -212,8 +238,9 @@ public final class PlainFileSystem: Sendable {
 
     public var isUnlocked: Bool { gate.withLock { $0.keys != nil } }
 
-    /// Runs `body` with the keys, or throws EACCES while locked.
-    func withKeys<R>(_ body: (Keys) throws -> R) throws -> R {
+    /// Runs `body` with the keys, or throws EACCES while locked. With `activity` false
+    /// (the daemon's own housekeeping) it does not count for the idle lock.
+    func withKeys<R>(activity: Bool = true, _ body: (Keys) throws -> R) throws -> R {
         let taken: Keys? = gate.withLock { state in
             if state.keys != nil { state.inFlight += 1 }
             return state.keys
@@ -226,7 +253,7 @@ public final class PlainFileSystem: Sendable {
             }
             drained?.signal()
         }
-        lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+        if activity { lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed) }
         do {
             return try body(keys)
         } catch CryptoError.keyRetired {
@@ -296,6 +323,10 @@ public final class PlainFileSystem: Sendable {
             do {
                 return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
             } catch let error as Errno where error.code == ENOENT {
+                // Not an entry of coffer's: perhaps the name a sync engine's conflict copy is shown under.
+                if let copy = try conflictCopyName(name, in: dir, keys: keys) {
+                    return try enter(copy.name, in: dir, plainName: name)
+                }
                 dir.rememberEntry(name)  // the kernel may cache the name as absent
                 throw error
             }
@@ -321,7 +352,7 @@ public final class PlainFileSystem: Sendable {
             guard !restored.isEmpty else { return entry }
             logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
             attributesChanged(entry.node)
-            return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd))
+            return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd), validFor: entry.validFor)
         } catch {
             logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): checking for a crash's torn blocks failed: \(error)")
             return entry
@@ -343,18 +374,41 @@ public final class PlainFileSystem: Sendable {
         try keys.codecs.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
     }
 
+    /// The backing name of an existing entry `name` of `dir`: its encrypted name, or the
+    /// backing name of the sync engine's conflict copy that `name` shows, if `name` is
+    /// such a name and no entry of coffer's has it. Only names with a conflict marker
+    /// pay a stat for this.
+    func existingBackingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
+        let backing = try backingName(name, in: dir, keys: keys)
+        guard ConflictName.parse(plaintext: name) != nil, !exists(backing.name, in: dir) else { return backing }
+        return try conflictCopyName(name, in: dir, keys: keys) ?? backing
+    }
+
+    /// The conflict copy in `dir` that plaintext `name` shows, if there is one.
+    func conflictCopyName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
+        let iv = try reportingDamage(dir) { try dir.directoryIV() }
+        return try keys.codecs.names.conflictCopyName(for: name, dirIV: iv) { exists($0, in: dir) }
+    }
+
+    private func exists(_ backingName: String, in dir: Node) -> Bool {
+        (try? Sys.stat(backingName, in: dir.fd)) != nil
+    }
+
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
     func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {
         let fd = try FileDescriptor.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
         let st = try Sys.stat(fd.rawValue)
-        let node = nodes.remember(fd: fd, stat: st)
+        let (node, isNew) = nodes.remember(fd: fd, stat: st)
+        if isNew { otherWriters.watch(node) }
         node.setName(plainName, parent: dir)
         dir.rememberEntry(plainName)
-        return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd))
+        return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd), validFor: cacheSeconds(in: dir))
     }
 
     /// The kernel dropped `count` references to `node`.
-    public func forget(_ node: UInt64, count: UInt64) { nodes.forget(node, count: count) }
+    public func forget(_ node: UInt64, count: UInt64) {
+        if let gone = nodes.forget(node, count: count) { otherWriters.unwatch(gone) }
+    }
 
     /// Node IDs the kernel holds, for cache invalidation.
     public func knownNodes() -> [UInt64] { nodes.allIDs() }

@@ -24,6 +24,9 @@ public final class FileIDCache: Sendable {
         get { id.withLock { $0 } }
         set { id.withLock { $0 = newValue } }
     }
+
+    /// Forgets the ID: another program may have rewritten the file's header.
+    public func forget() { fileID = nil }
 }
 
 /// What makes in-place rewrites of one inode crash-safe: the vault's undo journal, the

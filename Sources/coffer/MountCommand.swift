@@ -54,6 +54,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
+    @Option(name: .long, help: ArgumentHelp("Watch at most this many backing directories for changes other programs make (default: as many as the kernel allows; 0: none, and every name is then cached for 1 s only).", valueName: "n"))
+    var watchLimit: Int?
+
     @Option(name: .long, help: ArgumentHelp("Internal: descriptor on which to report the mount's status.", visibility: .private))
     var statusFD: Int32?
 
@@ -68,6 +71,7 @@ struct MountCommand: ParsableCommand {
 
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
+        if let watchLimit, watchLimit < 0 { throw ValidationError("--watch-limit must be 0 or more") }
         if let idleLock, parseDuration(idleLock) == nil {
             throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
         }
@@ -127,6 +131,7 @@ struct MountCommand: ParsableCommand {
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
+        if let watchLimit { arguments += ["--watch-limit", String(watchLimit)] }
         if allowOther { arguments.append("--allow-other") }
         if readOnly { arguments.append("--read-only") }
         for option in fuseOptions { arguments += ["-o", option] }
@@ -182,8 +187,11 @@ struct MountCommand: ParsableCommand {
         // The file system's hooks reach the session and the relief thread, made after it.
         let link = SessionLink()
         let relief = NodePressureRelief()
-        let fs = try PlainFileSystem(vault: vault, options: .init(preserveOwner: allowOther && geteuid() == 0),
-                                     hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed),
+        let fs = try PlainFileSystem(vault: vault,
+                                     options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
+                                                    watchLimit: watchLimit ?? .max),
+                                     hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed,
+                                                  contentChanged: link.contentChanged, entryChanged: link.entryChanged),
                                      logger: logger)
         let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
                         derive: KDFHelper.derive, logger: logger)
@@ -213,11 +221,13 @@ struct MountCommand: ParsableCommand {
                           invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
         gate.startIdleTimer()
         relief.start(fs: fs, session: session, logger: logger)
+        fs.followOtherWriters()
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
         session.run(threads: threads)
         SystemdNotify.send("STOPPING=1")
+        fs.stopFollowingOtherWriters()
         // Stop serving unlocks before the last lock, so that none can bring the keys back.
         server.stop()
         logger.notice("control socket \(socketPath) closed")

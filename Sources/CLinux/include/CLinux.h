@@ -71,4 +71,46 @@ int clinux_term_signal(int status);
 /// descriptor from `lowest` up.
 int clinux_spawn_file_actions_addclosefrom(posix_spawn_file_actions_t *actions, int lowest);
 
+// MARK: fanotify: changes other processes make in watched directories.
+
+/// One event of a watched directory, as `clinux_fanotify_next` parses it. `name` points
+/// into the buffer that was read; `key`, which the caller points to a buffer of
+/// `clinux_DIRECTORY_KEY_MAX` bytes, receives the directory's identity in the form
+/// `clinux_directory_key` gives (`key_length` 0 for an event without one, such as a
+/// queue overflow).
+struct clinux_directory_event {
+    unsigned long long mask;
+    /// The process that made the change: this process's ID for its own changes, 0 for
+    /// another process's when this process is unprivileged, else that process's ID.
+    int pid;
+    unsigned char *key;
+    int key_length;
+    /// NUL-terminated; empty when the event has no name.
+    const char *name;
+};
+
+/// FAN_* bits of `clinux_directory_event.mask` that coffer tells apart.
+extern const unsigned long long clinux_FAN_Q_OVERFLOW;
+extern const unsigned long long clinux_FAN_MODIFY;
+extern const unsigned long long clinux_FAN_ATTRIB;
+extern const unsigned long long clinux_FAN_ONDIR;
+/// Longest key `clinux_directory_key` writes.
+extern const int clinux_DIRECTORY_KEY_MAX;
+
+/// fanotify_init(2) for directory-entry and child-modification events reported with the
+/// directory's file handle and the entry's name (FAN_REPORT_DFID_NAME), non-blocking,
+/// close-on-exec. Works unprivileged (Linux 5.13 on). Returns the group's descriptor.
+int clinux_fanotify_init(void);
+/// fanotify_mark(2) of directory `dirfd` (any descriptor of it, O_PATH too): add (1) or
+/// remove (0) the watch for entries created, removed, moved in or out, and entries
+/// modified or with changed attributes.
+int clinux_fanotify_watch(int group, int dirfd, int add);
+/// The identity of directory `fd` as fanotify reports it: the file system ID (statfs)
+/// followed by the file handle's type and bytes (name_to_handle_at). Writes at most
+/// `capacity` bytes to `key`; returns the length, or -1 with errno set.
+int clinux_directory_key(int fd, unsigned char *key, int capacity);
+/// Parses the event at `*offset` of the `length` bytes read into `buffer`, advances
+/// `*offset` past it and returns 1; returns 0 when no complete event is left.
+int clinux_fanotify_next(const void *buffer, size_t length, size_t *offset, struct clinux_directory_event *event);
+
 #endif

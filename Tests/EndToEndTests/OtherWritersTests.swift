@@ -1,0 +1,159 @@
+// End-to-end: another program writes CIPHERDIR while it is mounted, as a sync engine
+// does — a backing file replaced by rename, created, deleted, renamed, cut or grown in
+// place, conflict copies beside it — and the mount serves each change at the next
+// access, keeps every write it acknowledges, and shows conflict copies under their own
+// names. (The same with the real engine: SyncthingTests.)
+import Foundation
+import XCTest
+
+final class OtherWritersTests: EndToEndCase {
+    /// Bash functions for the scripts: `backing NAME` prints the backing name of mount
+    /// entry NAME (found by inode number), `replace FROM TO` replaces backing entry TO
+    /// by a copy of FROM the way sync engines do (temporary file, rename over), and
+    /// `soon COMMAND` runs COMMAND until it succeeds, for at most 1 s: the daemon learns
+    /// of a change a moment after it is made (usually well before the next command), and
+    /// promises to serve it within 1 s.
+    let helpers = """
+        backing() { find "$C" -maxdepth 1 -inum "$(stat -c %i "$M/$1")" -printf '%f\\n' | head -1; }
+        replace() { cp -p "$C/$1" "$C/.syncthing.tmp" && mv "$C/.syncthing.tmp" "$C/$2"; }
+        soon() { local i; for i in $(seq 40); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
+
+        """
+
+    func testAFileReplacedByRenameIsServedNewAtOnceAndAnAppendLandsInIt() {
+        let vault = mountedVault()
+        assertOK(vault.sh(helpers + """
+            echo 'version 1' > f; echo 'version 2 from the other machine' > other
+            cat f >/dev/null; stat f >/dev/null          # the kernel caches f's name, attributes and pages
+            bf=$(backing f); bo=$(backing other)
+            replace "$bo" "$bf"
+            soon '[ "$(cat f)" = "version 2 from the other machine" ]' || { echo "stale: $(cat f)"; exit 1; }
+            [ "$(stat -c %s f)" = 33 ] || { echo "stale size $(stat -c %s f)"; exit 1; }
+            echo 'appended here' >> f
+            """), "replace, read, append")
+        vault.unmount()
+        vault.mount()
+        XCTAssertEqual(vault.sh("cat f").stdout, "version 2 from the other machine\nappended here\n",
+                       "the append landed in the file that is there, not in the replaced one")
+    }
+
+    func testADescriptorOpenedBeforeAReplacementHasItsWritesRefused() {
+        let vault = mountedVault()
+        let r = vault.sh(helpers + """
+            echo 'mine' > f; echo 'theirs' > other
+            bf=$(backing f); bo=$(backing other)
+            python3 - "$M/f" "$C" "$bo" "$bf" <<'EOF'
+            import errno, os, shutil, sys
+            path, cipher, theirs, mine = sys.argv[1:]
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, b"before\\n")                    # acknowledged: lands in the file
+            shutil.copy(os.path.join(cipher, theirs), os.path.join(cipher, ".tmp"))
+            os.rename(os.path.join(cipher, ".tmp"), os.path.join(cipher, mine))
+            try:
+                os.write(fd, b"after\\n")
+                print("write after the replacement was acknowledged")
+            except OSError as e:
+                print("refused:", errno.errorcode[e.errno])
+            EOF
+            soon '[ "$(cat f)" = theirs ]'; cat f
+            """)
+        assertOK(r, "write after replacement")
+        XCTAssertTrue(r.stdout.hasPrefix("refused: ESTALE\ntheirs\n"), r.stdout + r.stderr)
+        XCTAssertTrue(vault.log.contains("another program replaced or removed the backing file"), vault.log)
+        // A file unlinked through the mount keeps working on its open descriptor, as on ext4.
+        assertOK(vault.sh("""
+            python3 - "$M/g" <<'EOF'
+            import os, sys
+            fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+            os.unlink(sys.argv[1])
+            os.write(fd, b"scratch"); os.fsync(fd)
+            assert os.pread(fd, 7, 0) == b"scratch"
+            EOF
+            """), "open, unlink, write")
+    }
+
+    func testCreateDeleteAndRenameFromOutsideShowAtTheNextAccess() {
+        let vault = mountedVault()
+        assertOK(vault.sh(helpers + """
+            echo one > x; echo two > y; echo three > z
+            bx=$(backing x); by=$(backing y); bz=$(backing z)
+            rm y; mv "$C/$bz" "$C/.away"
+            soon '! cat z' || { echo "z still served after its deletion"; exit 1; }
+            ! cat y 2>/dev/null                            # y is now cached as absent
+            mv "$C/$bx" "$C/$by"                             # renamed from outside: x is now y
+            soon '[ "$(cat y)" = one ]' || { echo "y not found after it appeared"; exit 1; }
+            soon '! stat x' || { echo "x still there after it was renamed away"; exit 1; }
+            mv "$C/.away" "$C/$bz"
+            soon '[ "$(cat z)" = three ]' || { echo "z not found after it came back"; exit 1; }
+            [ "$(ls | tr '\\n' ' ')" = 'y z ' ] || { echo "listing: $(ls)"; exit 1; }
+            """), "create, delete, rename outside")
+    }
+
+    func testAFileCutAndRestoredInPlaceIsServedAsItIsNow() {
+        let vault = mountedVault()
+        assertOK(vault.sh(helpers + """
+            head -c 10000 /dev/urandom > f; sum1=$(md5sum < f); sum4k=$(head -c 4096 f | md5sum)
+            bf=$(backing f); cp "$C/$bf" "$C/.saved"
+            truncate -s $((18 + 4096 + 40)) "$C/$bf"      # header and one whole block, cut in place
+            soon '[ "$(stat -c %s f)" = 4096 ]' || { echo "size after the cut: $(stat -c %s f)"; exit 1; }
+            [ "$(md5sum < f)" = "$sum4k" ] || { echo "content after the cut differs"; exit 1; }
+            cat "$C/.saved" > "$C/$bf"                        # rewritten in place, same inode
+            soon '[ "$(stat -c %s f)" = 10000 ]' || { echo "size after the restore: $(stat -c %s f)"; exit 1; }
+            [ "$(md5sum < f)" = "$sum1" ] || { echo "content after the restore differs"; exit 1; }
+            rm "$C/.saved"
+            """), "cut and restore in place")
+    }
+
+    func testConflictCopiesAreShownUnderTheirOwnNamesAndBehaveAsFiles() {
+        let vault = mountedVault()
+        let marker = ".sync-conflict-20261123-101500-ABCDEFG"
+        assertOK(vault.sh("mkdir d; echo 'the winner' > d/report.odt; echo 'the loser' > d/tmp"), "setup")
+        // The copy is made in the backing directory of d.
+        let r = vault.sh(helpers + """
+            D=$(find "$C" -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%f'); C="$C/$D"
+            br=$(backing d/report.odt); bt=$(backing d/tmp); cd d
+            mv "$C/$bt" "$C/$br\(marker)"
+            mv "$C/$br" "$C/.keep"; cp "$C/.keep" "$C/$br"; rm "$C/.keep"   # sync engines also touch the winner
+            echo "--- listing"; ls
+            echo "--- original"; cat report.odt
+            echo "--- copy"; cat 'report\(marker).odt'
+            """)
+        assertOK(r, "conflict copy")
+        XCTAssertEqual(r.stdout, """
+            --- listing
+            report.odt
+            report\(marker).odt
+            --- original
+            the winner
+            --- copy
+            the loser
+
+            """)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("conflict: /d/report\(marker).odt: a sync engine's conflict copy"), fsck.stdout)
+        vault.mount()
+        assertOK(vault.sh("""
+            cd d
+            mv 'report\(marker).odt' report-theirs.odt
+            [ "$(cat report-theirs.odt)" = 'the loser' ]
+            [ "$(ls | tr '\\n' ' ')" = "report-theirs.odt report.odt " ] || { ls; exit 1; }
+            # A name that looks like a copy's, made through the mount, is an ordinary name.
+            echo mine > 'notes (1).txt'; [ "$(cat 'notes (1).txt')" = mine ]
+            cd ..; rm -rf d; [ -z "$(ls)" ]
+            """), "rename, list, rm -rf")
+    }
+
+    func testWithoutWatchesAChangeShowsWithinOneSecond() {
+        let vault = mountedVault("vault", ["--watch-limit", "0"])
+        assertOK(vault.sh(helpers + """
+            echo 'version 1' > f; echo 'version 2' > other
+            cat f >/dev/null
+            replace "$(backing other)" "$(backing f)"
+            sleep 1.2
+            [ "$(cat f)" = 'version 2' ] || { echo "stale after 1.2 s: $(cat f)"; exit 1; }
+            """), "unwatched")
+        XCTAssertTrue(vault.log.contains("cannot be watched") || vault.log.contains("cached for"), vault.log)
+    }
+}
