@@ -37,6 +37,9 @@ public final class Node: Sendable {
 
     private struct State: Sendable {
         var cachedDirIV: [UInt8]?
+        /// The IVs of the IV file's conflict copies (a directory made on two machines),
+        /// by file name; nil until read.
+        var cachedAlternateIVs: [(name: String, iv: [UInt8])]?
         /// The directory this node was last entered in; unlike `parent`, kept through a
         /// lock (it names no plaintext), for the cache policy of OtherWriters.
         var directory: Node?
@@ -84,10 +87,29 @@ public final class Node: Sendable {
         }
     }
 
-    func setDirectoryIV(_ iv: [UInt8]) { state.withLock { $0.cachedDirIV = iv } }
+    /// The IVs of the IV file's conflict copies, read once (one listing) and then cached.
+    func alternateIVs() throws -> [(name: String, iv: [UInt8])] {
+        if let ivs = state.withLock({ $0.cachedAlternateIVs }) { return ivs }
+        let ivs = try DirectoryIV.alternates(in: fd)
+        state.withLock { $0.cachedAlternateIVs = ivs }
+        return ivs
+    }
 
-    /// Drops the cached IV: another program changed the IV file.
-    func forgetDirectoryIV() { state.withLock { $0.cachedDirIV = nil } }
+    /// The IV of a directory this daemon just made: it has no conflict copies.
+    func setDirectoryIV(_ iv: [UInt8]) {
+        state.withLock { state in
+            state.cachedDirIV = iv
+            state.cachedAlternateIVs = []
+        }
+    }
+
+    /// Drops the cached IVs: the IV file or a conflict copy of it changed.
+    func forgetDirectoryIV() {
+        state.withLock { state in
+            state.cachedDirIV = nil
+            state.cachedAlternateIVs = nil
+        }
+    }
 
     /// The directory this node was last entered in (nil for the root).
     var directory: Node? { state.withLock { $0.directory } }

@@ -168,8 +168,7 @@ extension PlainFileSystem {
         }
         if event.isModification { return }
         let dirID = nodes.id(of: dir)
-        if event.name == DirectoryIV.fileName || ConflictName.parse(backingName: event.name)
-            .map({ String(decoding: $0.original, as: UTF8.self) == DirectoryIV.fileName }) == true {
+        if event.name == DirectoryIV.fileName || DirectoryIV.isConflictCopy(event.name) {
             // Every name here may now mean another entry.
             dir.forgetDirectoryIV()
             return dir.cachedNameCopies().forEach { hooks.entryChanged(dirID, $0) }

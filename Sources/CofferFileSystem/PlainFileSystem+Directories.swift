@@ -60,6 +60,11 @@ extension PlainFileSystem {
                 guard let name = try keys.codecs.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
                 entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
             } catch {
+                // A name made on another machine under the IV it gave the directory.
+                if let name = plaintextNameUnderAlternateIVs(backing.name, in: node, keys: keys) {
+                    entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
+                    continue
+                }
                 logger.error("damage: in \(node.plaintextPath): \(error); entry hidden")
             }
         }

@@ -18,7 +18,9 @@ extension PlainFileSystem {
     }
 
     /// Prepares a new name in `dir`: its backing name, with the long-name sidecar written.
+    /// A directory made on two machines is settled on one IV first.
     func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> NewName {
+        try settleSplitDirectory(dir, keys: keys)
         let backing = try backingName(name, in: dir, keys: keys)
         return NewName(backing: backing, createdSidecar: try NameTransform.writeSidecar(backing, in: dir.fd))
     }
@@ -230,6 +232,9 @@ extension PlainFileSystem {
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
+            // Settled before the source's backing name is taken: settling renames.
+            try settleSplitDirectory(from, keys: keys)
+            try settleSplitDirectory(to, keys: keys)
             let old = try existingBackingName(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
             // A symlink replaced by the rename takes its long target's sidecar with it.

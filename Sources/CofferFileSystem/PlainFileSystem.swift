@@ -323,9 +323,10 @@ public final class PlainFileSystem: Sendable {
             do {
                 return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
             } catch let error as Errno where error.code == ENOENT {
-                // Not an entry of coffer's: perhaps the name a sync engine's conflict copy is shown under.
-                if let copy = try conflictCopyName(name, in: dir, keys: keys) {
-                    return try enter(copy.name, in: dir, plainName: name)
+                // Not under this name: perhaps the name a sync engine's conflict copy is shown
+                // under, or a name made on another machine under the IV it gave the directory.
+                if let other = try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) {
+                    return try enter(other.name, in: dir, plainName: name)
                 }
                 dir.rememberEntry(name)  // the kernel may cache the name as absent
                 throw error
@@ -374,14 +375,14 @@ public final class PlainFileSystem: Sendable {
         try keys.codecs.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
     }
 
-    /// The backing name of an existing entry `name` of `dir`: its encrypted name, or the
-    /// backing name of the sync engine's conflict copy that `name` shows, if `name` is
-    /// such a name and no entry of coffer's has it. Only names with a conflict marker
-    /// pay a stat for this.
+    /// The backing name of an existing entry `name` of `dir`: its encrypted name; if no
+    /// entry has that, the sync engine's conflict copy that `name` shows, or its name
+    /// under an alternate IV of the directory (PlainFileSystem+SplitDirectories). One
+    /// stat; the backing name for a name that exists nowhere (the operation then fails).
     func existingBackingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
         let backing = try backingName(name, in: dir, keys: keys)
-        guard ConflictName.parse(plaintext: name) != nil, !exists(backing.name, in: dir) else { return backing }
-        return try conflictCopyName(name, in: dir, keys: keys) ?? backing
+        guard !exists(backing.name, in: dir) else { return backing }
+        return try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) ?? backing
     }
 
     /// The conflict copy in `dir` that plaintext `name` shows, if there is one.

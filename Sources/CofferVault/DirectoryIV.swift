@@ -38,8 +38,26 @@ public enum DirectoryIV {
         }
     }
 
+    /// Whether backing entry `name` is a sync engine's conflict copy of the IV file: the
+    /// directory was made on two machines, and the names each made are encrypted under
+    /// its own IV (FORMAT.md §5).
+    public static func isConflictCopy(_ name: String) -> Bool {
+        guard name != fileName, name.hasPrefix("coffer"), let copy = ConflictName.parse(backingName: name) else { return false }
+        return copy.original == Array(fileName.utf8)
+    }
+
+    /// The IVs of the conflict copies of `dir`'s IV file, by name (one listing of `dir`).
+    /// A copy that is not a valid IV is left out.
+    public static func alternates(in dir: Int32) throws -> [(name: String, iv: [UInt8])] {
+        try Sys.listDirectory(dir).filter(isConflictCopy).sorted().compactMap { name in
+            (try? read(name, in: dir)).map { (name, $0) }
+        }
+    }
+
     /// Reads the IV of the backing directory `dir`.
-    public static func read(in dir: Int32) throws -> [UInt8] {
+    public static func read(in dir: Int32) throws -> [UInt8] { try read(fileName, in: dir) }
+
+    private static func read(_ fileName: String, in dir: Int32) throws -> [UInt8] {
         let bytes: [UInt8]
         do {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64)
@@ -55,11 +73,12 @@ public enum DirectoryIV {
     }
 
     /// The entries of backing directory `fd` that an empty plaintext directory may hold
-    /// (its IV file, orphan long-name sidecars), or nil if it holds anything else.
+    /// (its IV file and conflict copies of it, orphan long-name sidecars), or nil if it
+    /// holds anything else.
     public static func leftovers(in fd: Int32) throws -> [String]? {
         let entries = try Sys.listDirectory(fd)
         let orphans = NameTransform.orphanSidecars(entries)
-        guard entries.allSatisfy({ $0 == fileName || orphans.contains($0) }) else { return nil }
+        guard entries.allSatisfy({ $0 == fileName || isConflictCopy($0) || orphans.contains($0) }) else { return nil }
         return entries
     }
 

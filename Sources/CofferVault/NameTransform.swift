@@ -174,4 +174,10 @@ public struct NameTransform: Sendable {
     public static func removeSidecar(_ name: BackingName, in dir: Int32) {
         if let sidecar = name.sidecar { try? Sys.unlink(sidecar, in: dir) }
     }
+
+    /// Removes the sidecar of backing entry `backingName` once it is gone, if it is a long
+    /// name (no-op for any other name).
+    public static func removeSidecar(ofEntry backingName: String, in dir: Int32) {
+        if isLongName(backingName) { try? Sys.unlink(backingName + sidecarSuffix, in: dir) }
+    }
 }

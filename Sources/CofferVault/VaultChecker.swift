@@ -119,6 +119,7 @@ public final class VaultChecker {
         let entries: [Sys.DirectoryEntry]
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }
         let orphans = Set(NameTransform.orphanSidecars(entries.map(\.name)))
+        let alternates = (try? DirectoryIV.alternates(in: dir)) ?? []
         for entry in entries {
             if orphans.contains(entry.name) {
                 leftover(path, "orphan long-name sidecar, left by a crash (harmless)", backingName: entry.name) {
@@ -142,13 +143,22 @@ public final class VaultChecker {
             let copy = ConflictName.parse(backingName: entry.name)
             do {
                 guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else {
-                    if let copy { conflict(path, "a sync engine's copy of \(String(decoding: copy.original, as: UTF8.self))", backingName: entry.name) }
+                    if DirectoryIV.isConflictCopy(entry.name) {
+                        conflict(path, "the directory was made on two machines: a sync engine's copy of its IV file, under which the other machine's names are encrypted (the mount serves both and settles the directory on one IV at its next change)", backingName: entry.name)
+                    } else if let copy {
+                        conflict(path, "a sync engine's copy of \(String(decoding: copy.original, as: UTF8.self))", backingName: entry.name)
+                    }
                     continue
                 }
                 name = decoded
             } catch {
-                problem(path, "\(error)", backingName: entry.name)
-                continue
+                // A name made on the other machine, under the IV it gave the directory.
+                let other = alternates.lazy.compactMap { try? self.codecs.names.plaintextName(ofBacking: entry.name, dirIV: $0.iv, in: dir) }.first
+                guard let other else {
+                    problem(path, "\(error)", backingName: entry.name)
+                    continue
+                }
+                name = other
             }
             let childPath = path + "/" + String(decoding: name, as: UTF8.self)
             if copy != nil { conflict(childPath, "a sync engine's conflict copy, shown under this name") }
