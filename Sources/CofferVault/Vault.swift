@@ -112,7 +112,8 @@ public final class Vault: Sendable {
         return .init(kind: kind, wrappedKey: Base64URL.encode(sealed))
     }
 
-    private func unwrap(slot kind: String, with key: SecureBytes) throws -> MasterKey? {
+    private func unwrap(slot kind: String, with key: SecureBytes, of config: VaultConfig? = nil) throws -> MasterKey? {
+        let config = config ?? self.config
         let slot = try config.slot(kind)
         guard let sealed = try? Base64URL.decode(slot.wrappedKey) else {
             throw VaultError.configMalformed(reason: "\(kind) slot is not base64url")
@@ -141,12 +142,40 @@ public final class Vault: Sendable {
     /// Unwraps the master key with the passphrase (runs Argon2id: about a second).
     /// `derive` lets the daemon run Argon2id in a short-lived helper process, so that its
     /// own memory never grows by Argon2id's working area.
+    /// A passphrase that opens a conflict copy of the config (`configConflictCopies`)
+    /// unlocks too: the passphrase was changed on another machine as well, and each
+    /// machine's passphrase keeps working until a `passwd` settles it.
     public func unlock(passphrase: SecureBytes, derive: KeyDerivation = Vault.deriveInProcess) throws -> MasterKey {
+        let config = self.config
         let salt = try Base64URL.decode(config.kdf.salt)
         let key = try derive(passphrase, salt, config.kdf.parameters)
         defer { key.wipe() }
-        guard let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) else { throw VaultError.wrongPassphrase }
-        return master
+        if let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) { return master }
+        for copy in configConflictCopies().map(\.config) {
+            // passwd keeps the salt and parameters: the same key, no second derivation.
+            let sameKDF = copy.kdf.salt == config.kdf.salt && copy.kdf.parameters == config.kdf.parameters
+            let copyKey = sameKDF ? key : try derive(passphrase, try Base64URL.decode(copy.kdf.salt), copy.kdf.parameters)
+            defer { if !sameKDF { copyKey.wipe() } }
+            if let master = try? unwrap(slot: VaultConfig.passphraseSlot, with: copyKey, of: copy) { return master }
+        }
+        throw VaultError.wrongPassphrase
+    }
+
+    /// The copies a sync engine kept of coffer.conf when the passphrase was changed on
+    /// two machines before they synced (`coffer.sync-conflict-….conf`, …), by name: only
+    /// those that are configs of this vault — the same creation time, format, cipher
+    /// and recovery slot (which passwd never changes); anything else is ignored.
+    public func configConflictCopies() -> [(name: String, config: VaultConfig)] {
+        let config = self.config
+        guard let recovery = try? config.slot(VaultConfig.recoverySlot),
+              let names = try? Sys.listDirectory(root.rawValue) else { return [] }
+        return names.filter(VaultConfig.isConflictCopy).sorted().compactMap { name in
+            guard let bytes = try? Sys.readFile(name, in: root.rawValue, limit: 64 << 10),
+                  let copy = try? VaultConfig.parse(bytes),
+                  copy.created == config.created, copy.format == config.format, copy.contentCipher == config.contentCipher,
+                  (try? copy.slot(VaultConfig.recoverySlot))?.wrappedKey == recovery.wrappedKey else { return nil }
+            return (name, copy)
+        }
     }
 
     /// Unwraps the master key with the 32-byte recovery key.

@@ -8,6 +8,12 @@ import Foundation
 public struct VaultConfig: Codable, Equatable, Sendable {
     /// Name of the config file at the root of the backing directory.
     public static let fileName = "coffer.conf"
+
+    /// Whether backing entry `name` is a sync engine's conflict copy of the config.
+    public static func isConflictCopy(_ name: String) -> Bool {
+        name != fileName && name.hasPrefix("coffer")
+            && ConflictName.parse(backingName: name)?.original == Array(fileName.utf8)
+    }
     /// The newest format version this build writes (docs/FORMAT.md).
     public static let currentFormat = 3
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink

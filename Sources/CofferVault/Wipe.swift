@@ -19,10 +19,11 @@ extension Vault {
     }
 
     /// Destroys the temp copies of the config (AtomicFile's ".coffer.conf.tmp.PID") that
-    /// an interrupted passwd left: each holds key slots that open with a passphrase.
+    /// an interrupted passwd left, and the conflict copies a sync engine kept of it
+    /// (passwd on two machines): each holds key slots that open with a passphrase.
     public func removeStaleConfigCopies() throws {
         let prefix = AtomicFile.tempPrefix(of: VaultConfig.fileName)
-        for name in try Sys.listDirectory(root.rawValue) where name.hasPrefix(prefix) {
+        for name in try Sys.listDirectory(root.rawValue) where name.hasPrefix(prefix) || VaultConfig.isConflictCopy(name) {
             try overwriteAndRemove(name)
         }
     }

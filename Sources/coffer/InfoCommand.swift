@@ -12,7 +12,9 @@ struct InfoCommand: ParsableCommand {
 
     func run() throws {
         try runReportingFailures {
-            let config = try Vault.open(at: cipherdir).config
+            let vault = try Vault.open(at: cipherdir)
+            let config = vault.config
+            let copies = vault.configConflictCopies()
             print("""
                 Vault:          \(cipherdir)
                 Format version: \(config.format)
@@ -22,6 +24,14 @@ struct InfoCommand: ParsableCommand {
                 Key slots:      \(config.slots.map(\.kind).joined(separator: ", "))
                 Created:        \(config.created)
                 """)
+            if !copies.isEmpty {
+                // A passphrase changed on two machines before they synced.
+                print("""
+                    Config copies:  \(copies.count) conflict cop\(copies.count == 1 ? "y" : "ies") of coffer.conf (\(copies.map(\.name).joined(separator: ", "))):
+                                    the passphrase was changed on two machines; either passphrase unlocks
+                                    until `coffer passwd` sets one and removes the copies
+                    """)
+            }
         }
     }
 }
