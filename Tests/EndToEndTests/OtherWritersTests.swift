@@ -145,6 +145,77 @@ final class OtherWritersTests: EndToEndCase {
             """), "rename, list, rm -rf")
     }
 
+    func testADirectoryMadeOnTwoMachinesKeepsEveryFileAndSettlesOnOneIV() {
+        let vault = mountedVault()
+        let marker = ".sync-conflict-20261123-101500-ABCDEFG"
+        // What a sync engine leaves when both machines made d/: one machine's IV file, the
+        // other's as a conflict copy, and the files of both, each named under its own IV.
+        assertOK(vault.sh(helpers + """
+            mkdir d other; echo 'made here' > d/mine.txt; echo 'here' > d/both.txt
+            echo 'made there' > other/theirs.txt; echo 'there' > other/both.txt
+            bd=$(backing d); bo=$(backing other)
+            for f in "$C/$bo"/*; do
+              case "$(basename "$f")" in coffer.diriv) mv "$f" "$C/$bd/coffer\(marker).diriv" ;;
+                *) n=$(basename "$f"); [ -e "$C/$bd/$n" ] && { echo "name clash"; exit 1; }; mv "$f" "$C/$bd/$n" ;; esac
+            done
+            rmdir "$C/$bo"
+            soon '[ "$(ls d | tr "\\n" " ")" = "both.txt both.txt mine.txt theirs.txt " ]' || { ls d; exit 1; }
+            [ "$(cat d/theirs.txt)" = 'made there' ]
+            [ "$(cat d/mine.txt)" = 'made here' ]
+            """), "a split directory is served whole")
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("conflict: /d/<coffer\(marker).diriv>: the directory was made on two machines"), fsck.stdout)
+        vault.mount()
+        assertOK(vault.sh(helpers + """
+            echo new > d/new.txt                               # the next change settles d on one IV
+            bd=$(backing d)
+            [ -z "$(ls "$C/$bd" | grep sync-conflict)" ] || { echo "IV copy still there"; ls "$C/$bd"; exit 1; }
+            soon '[ "$(ls d | tr "\\n" " ")" = "both (1).txt both.txt mine.txt new.txt theirs.txt " ]' || { ls d; exit 1; }
+            [ "$(cat d/theirs.txt)" = 'made there' ]
+            [ "$(cat d/both.txt; cat 'd/both (1).txt' | sort | tr '\\n' ' ')" != "" ]
+            """), "settled")
+        vault.unmount()
+        let after = vault.fsck()
+        XCTAssertEqual(after.status, 0, after.stdout + after.stderr)
+        XCTAssertFalse(after.stdout.contains("conflict:"), after.stdout)
+        vault.mount()
+        XCTAssertEqual(vault.sh("cat d/both.txt 'd/both (1).txt' | sort | tr '\\n' ' '").stdout, "here there ")
+    }
+
+    func testAPassphraseChangedOnTwoMachinesLeavesBothWorkingUntilTheNextPasswd() {
+        let vault = MountedVault(scratch: scratch)
+        let (c, b, d) = (scratch.file("c.pass", "passphrase C\n"), scratch.file("b.pass", "passphrase B\n"),
+                         scratch.file("d.pass", "passphrase D\n"))
+        let copy = "coffer.sync-conflict-20261123-101500-ABCDEFG.conf"
+        // Machine 2 changes the passphrase to C, machine 1 to B; the engine keeps B's
+        // config and C's as a conflict copy.
+        assertOK(Harness.sh("""
+            cd '\(vault.cipherdir)'; cp -p coffer.conf ../before.conf
+            '\(Harness.coffer)' passwd --passfile '\(vault.passfile)' --new-passfile '\(c)' .
+            cp -p coffer.conf ../c.conf; rm -f coffer.conf; cp -p ../before.conf coffer.conf
+            '\(Harness.coffer)' passwd --passfile '\(vault.passfile)' --new-passfile '\(b)' .
+            cp -p ../c.conf '\(copy)'
+            """), "passwd on two machines")
+        let info = Harness.run([Harness.coffer, "info", vault.cipherdir])
+        XCTAssertTrue(info.stdout.contains("either passphrase unlocks"), info.stdout)
+        for pass in [b, c] {
+            let r = Harness.run([Harness.coffer, "mount", "--passfile", pass, vault.cipherdir, vault.mountpoint])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertTrue(Harness.run([Harness.coffer, "status", vault.mountpoint]).stdout.contains("unlocked"))
+            vault.unmount()
+        }
+        let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", c, vault.cipherdir])
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("conflict: /<\(copy)>"), fsck.stdout)
+        // The next passwd settles it: only the new passphrase opens the vault.
+        assertOK(Harness.run([Harness.coffer, "passwd", "--passfile", c, "--new-passfile", d, vault.cipherdir]), "passwd")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: vault.cipherdir + "/" + copy))
+        XCTAssertEqual(Harness.run([Harness.coffer, "fsck", "--passfile", c, vault.cipherdir]).status, 22)
+        XCTAssertEqual(Harness.run([Harness.coffer, "fsck", "--passfile", d, vault.cipherdir]).status, 0)
+    }
+
     func testWithoutWatchesAChangeShowsWithinOneSecond() {
         let vault = mountedVault("vault", ["--watch-limit", "0"])
         assertOK(vault.sh(helpers + """
