@@ -24,10 +24,15 @@ public final class PlainFileSystem: Sendable {
         public var watchOtherWriters = false
         /// Most backing directories watched at once (beyond: cached briefly).
         public var watchLimit = Int.max
-        public init(preserveOwner: Bool = false, watchOtherWriters: Bool = false, watchLimit: Int = .max) {
+        /// The machine's state directory for this vault, where the undo journal lives
+        /// (nil: in CIPHERDIR itself, as tests without a machine do).
+        public var stateDirectory: String?
+        public init(preserveOwner: Bool = false, watchOtherWriters: Bool = false, watchLimit: Int = .max,
+                    stateDirectory: String? = nil) {
             self.preserveOwner = preserveOwner
             self.watchOtherWriters = watchOtherWriters
             self.watchLimit = watchLimit
+            self.stateDirectory = stateDirectory
         }
     }
 
@@ -162,10 +167,28 @@ public final class PlainFileSystem: Sendable {
         otherWriters = OtherWriters(enabled: options.watchOtherWriters, limit: options.watchLimit, logger: logger)
         otherWriters.watch(nodes.root)
         do {
-            journal = try UndoJournal(directory: vault.root.rawValue)
+            journal = try Self.openJournal(vault: vault, stateDirectory: options.stateDirectory, logger: logger)
         } catch let error as Errno where error.code == EROFS || error.code == EACCES {
             journal = nil
         }
+    }
+
+    /// The undo journal: in the machine's state directory for the vault. A journal that
+    /// an older coffer kept in CIPHERDIR is used once more if it holds records a crash
+    /// may need (its mount ended in a crash), and removed once it holds none.
+    static func openJournal(vault: Vault, stateDirectory: String?, logger: Logger) throws -> UndoJournal {
+        let root = vault.root.rawValue
+        guard let stateDirectory else { return try UndoJournal(directory: root) }
+        if UndoJournal.exists(in: root) {
+            let legacy = try UndoJournal(directory: root)
+            if legacy.hasPending {
+                logger.notice("undo journal: using the one an older coffer left in CIPHERDIR after a crash; after a clean unmount the journal moves to \(stateDirectory)")
+                return legacy
+            }
+            try UndoJournal.remove(in: root)
+        }
+        let state = try FileDescriptor.open(stateDirectory, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        return try UndoJournal(directory: state.rawValue, data: root)
     }
 
     /// Number of nodes above which the table asks for relief.
@@ -366,8 +389,13 @@ public final class PlainFileSystem: Sendable {
     }
 
     /// Drops the undo records that no crash can need any more (after a syncfs); for the
-    /// daemon's clean exit.
-    public func finish() throws { try journal?.trim() }
+    /// daemon's clean exit. A state directory left with nothing in it goes too.
+    public func finish() throws {
+        try journal?.trim()
+        if let stateDirectory = options.stateDirectory, journal?.removeIfEmpty() == true {
+            _ = Glibc.rmdir(stateDirectory)  // only if empty: the directory itself is kept otherwise
+        }
+    }
 
     /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
     /// the directory, whichever operation meets it.

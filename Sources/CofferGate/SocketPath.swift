@@ -7,11 +7,11 @@ import Glibc
 
 public enum SocketPath {
     public enum Failure: Error, CustomStringConvertible {
-        case unsafeDirectory(String, String)
+        case unsafeDirectory(String, String, purpose: String = "the control socket")
 
         public var description: String {
             switch self {
-            case .unsafeDirectory(let path, let why): return "refusing to use \(path) for the control socket: \(why)"
+            case .unsafeDirectory(let path, let why, let purpose): return "refusing to use \(path) for \(purpose): \(why)"
             }
         }
     }
@@ -32,18 +32,16 @@ public enum SocketPath {
     }
 
     /// Creates `path` with mode 0700 if missing, then checks that it is a real directory
-    /// (not a symlink), owned by `uid`, and that nobody else can enter it.
-    static func ensurePrivateDirectory(_ path: String, uid: uid_t) throws {
-        if mkdir(path, 0o700) != 0 && errno != EEXIST {
-            throw Failure.unsafeDirectory(path, String(cString: strerror(errno)))
-        }
+    /// (not a symlink), owned by `uid`, and that nobody else can enter it. `purpose`
+    /// names its use in the error.
+    package static func ensurePrivateDirectory(_ path: String, uid: uid_t, purpose: String = "the control socket") throws {
+        let fail = { (why: String) in Failure.unsafeDirectory(path, why, purpose: purpose) }
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw fail(String(cString: strerror(errno))) }
         var st = stat()
-        guard lstat(path, &st) == 0 else { throw Failure.unsafeDirectory(path, String(cString: strerror(errno))) }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw Failure.unsafeDirectory(path, "not a directory (a symlink?)") }
-        guard st.st_uid == uid else { throw Failure.unsafeDirectory(path, "owned by uid \(st.st_uid), not \(uid)") }
-        guard st.st_mode & 0o077 == 0 else {
-            throw Failure.unsafeDirectory(path, "mode \(String(st.st_mode & 0o777, radix: 8)) lets others in (must be 0700)")
-        }
+        guard lstat(path, &st) == 0 else { throw fail(String(cString: strerror(errno))) }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw fail("not a directory (a symlink?)") }
+        guard st.st_uid == uid else { throw fail("owned by uid \(st.st_uid), not \(uid)") }
+        guard st.st_mode & 0o077 == 0 else { throw fail("mode \(String(st.st_mode & 0o777, radix: 8)) lets others in (must be 0700)") }
     }
 
     /// The socket's file name for a mountpoint (canonical path): its last component,

@@ -1,7 +1,8 @@
-// UndoJournal keeps, in CIPHERDIR/coffer.journal, the old sealed form of each content
-// block that coffer rewrites in place while the rewrite keeps some of its bytes, so that
-// a crash in the middle of the rewrite (kill -9, power cut) cannot make those bytes
-// unreadable (FORMAT.md §11).
+// UndoJournal keeps, in `coffer.journal` of the machine's state directory for the vault
+// (never in CIPHERDIR, which a sync engine may carry to other machines), the old sealed
+// form of each content block that coffer rewrites in place while the rewrite keeps some
+// of its bytes, so that a crash in the middle of the rewrite (kill -9, power cut) cannot
+// make those bytes unreadable (FORMAT.md §11).
 //
 // A block's slot is rewritten in place, with a new nonce and length, when a write
 // covers only part of it, when an append grows a partial last block, and when a
@@ -17,6 +18,12 @@ import Synchronization
 
 public final class UndoJournal: Sendable {
     public static let fileName = "coffer.journal"
+
+    /// Whether the journal file exists in `directory`.
+    public static func exists(in directory: Int32) -> Bool { (try? Sys.stat(fileName, in: directory)) != nil }
+
+    /// Removes the journal file of `directory` (one an older coffer kept in CIPHERDIR).
+    public static func remove(in directory: Int32) throws { try Sys.unlink(fileName, in: directory) }
     static let magic = Array("cofferU1".utf8)
     /// Bytes before the old slot: magic 8 ‖ file ID 16 ‖ u64 block ‖ u64 sequence ‖
     /// u32 old length ‖ u32 zero ‖ new nonce 24.
@@ -79,8 +86,11 @@ public final class UndoJournal: Sendable {
         }
     }
 
-    /// The vault's root directory: a descriptor of the journal's own.
+    /// The directory holding the journal: a descriptor of the journal's own.
     private let directory: FileDescriptor
+    /// A descriptor on the file system of the vault's data (CIPHERDIR), which a trim
+    /// makes durable (syncfs) before it drops records.
+    private let data: FileDescriptor
     /// Readers: a recorded rewrite, from its records to the end of its pwrite.
     /// Writer: dropping records, which must meet no rewrite half done. Taken before
     /// `state` (lock order: see PlainFileSystem's `gate`).
@@ -119,12 +129,14 @@ public final class UndoJournal: Sendable {
     /// The journal file and what is known of its records; a leaf lock.
     private let state: Mutex<State>
 
-    /// Opens (or creates) the journal of the vault whose root directory is `directory`
-    /// (`vault.root`). Never follows or blocks on something planted in its place.
-    /// `directory` is only borrowed: the journal keeps a descriptor of its own of the
-    /// same directory (opened through it, not by a path).
-    public init(directory: Int32, readOnly: Bool = false) throws {
+    /// Opens (or creates) the journal in `directory`, for the vault whose data is on the
+    /// file system of `data` (`vault.root`; by default the journal's own directory).
+    /// Never follows or blocks on something planted in its place. Both descriptors are
+    /// only borrowed: the journal keeps descriptors of its own of the same directories
+    /// (opened through them, not by a path).
+    public init(directory: Int32, data: Int32? = nil, readOnly: Bool = false) throws {
         self.directory = try FileDescriptor.open(".", in: directory, flags: O_PATH | O_DIRECTORY)
+        self.data = try FileDescriptor.open(".", in: data ?? directory, flags: O_RDONLY | O_DIRECTORY)
         var state = State(file: try Self.openFile(in: directory, readOnly: readOnly))
         let file = state.file.rawValue
         let records = Int(try Sys.stat(file).st_size) / Self.recordSize
@@ -199,12 +211,22 @@ public final class UndoJournal: Sendable {
         if durable { try retryOnInterrupt("fdatasync") { fdatasync(file) } }
     }
 
+    /// After a trim that kept nothing (a clean exit), removes the journal file: no crash
+    /// state is left to keep. True if it was removed.
+    @discardableResult
+    public func removeIfEmpty() -> Bool {
+        state.withLock { state in
+            guard state.pending.isEmpty, (try? Sys.stat(state.file.rawValue).st_size) == 0 else { return false }
+            return (try? Sys.unlink(Self.fileName, in: directory.rawValue)) != nil
+        }
+    }
+
     /// Drops every record but those still pending (or all, after a check of every file
     /// in the vault): a syncfs first makes every rewrite done so far durable, so that no
     /// other record can be needed any more.
     public func trim(keepingPending: Bool = true) throws {
         try rewrites.writing {
-            try Sys.syncFileSystem(state.withLock { $0.file.rawValue })
+            try Sys.syncFileSystem(data.rawValue)
             let kept = state.withLock { state -> [Record] in
                 if !keepingPending { state.pending = [:] }
                 return state.pending.values.flatMap { $0.values }

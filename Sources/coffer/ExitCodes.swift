@@ -70,6 +70,9 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case logFileRefused = 42
     /// The --extpass command could not be started, failed, or was killed.
     case extpassFailed = 43
+    /// The vault's state directory (--state-dir or the default) cannot be made, or is
+    /// not private to the user.
+    case stateDirectoryUnusable = 44
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

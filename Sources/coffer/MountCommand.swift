@@ -54,6 +54,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
+    @Option(name: .long, help: ArgumentHelp("This machine's private directory for the vault's crash state (the undo journal); default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). Never inside CIPHERDIR.", valueName: "dir"))
+    var stateDir: String?
+
     @Option(name: .long, help: ArgumentHelp("Watch at most this many backing directories for changes other programs make (default: as many as the kernel allows; 0: none, and every name is then cached for 1 s only).", valueName: "n"))
     var watchLimit: Int?
 
@@ -132,6 +135,7 @@ struct MountCommand: ParsableCommand {
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         if let watchLimit { arguments += ["--watch-limit", String(watchLimit)] }
+        if let stateDir { arguments += ["--state-dir", MountPoint.canonical(stateDir) ?? stateDir] }
         if allowOther { arguments.append("--allow-other") }
         if readOnly { arguments.append("--read-only") }
         for option in fuseOptions { arguments += ["-o", option] }
@@ -187,9 +191,15 @@ struct MountCommand: ParsableCommand {
         // The file system's hooks reach the session and the relief thread, made after it.
         let link = SessionLink()
         let relief = NodePressureRelief()
+        let state: String
+        do {
+            state = try StateDirectory.forVault(vault, at: MountPoint.canonical(vault.path) ?? vault.path, given: stateDir)
+        } catch {
+            throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
+        }
         let fs = try PlainFileSystem(vault: vault,
                                      options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
-                                                    watchLimit: watchLimit ?? .max),
+                                                    watchLimit: watchLimit ?? .max, stateDirectory: state),
                                      hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed,
                                                   contentChanged: link.contentChanged, entryChanged: link.entryChanged),
                                      logger: logger)

@@ -96,8 +96,27 @@ struct FsckCommand: ParsableCommand {
     @Flag(name: .long, help: "Remove the harmless leftovers of a crash and put back torn blocks from the undo journal (needs the vault unmounted).")
     var repair = false
 
+    @Option(name: .long, help: ArgumentHelp("This machine's state directory for the vault, if the mount was given one (--state-dir).", valueName: "dir"))
+    var stateDir: String?
+
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
+
+    /// The undo journal this machine keeps for `vault` (in its state directory, or one an
+    /// older coffer left in CIPHERDIR), if there is one; opened for writing only to repair.
+    private func undoJournal(of vault: Vault) throws -> UndoJournal? {
+        let root = vault.root.rawValue
+        if UndoJournal.exists(in: root) { return try UndoJournal(directory: root, readOnly: !repair) }
+        let path: String
+        do {
+            path = try StateDirectory.forVault(vault, at: MountPoint.canonical(cipherdir) ?? cipherdir, given: stateDir)
+        } catch {
+            throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
+        }
+        let state = try FileDescriptor.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        guard repair || UndoJournal.exists(in: state.rawValue) else { return nil }
+        return try UndoJournal(directory: state.rawValue, data: root, readOnly: !repair)
+    }
 
     func run() throws {
         try runReportingFailures {
@@ -107,12 +126,7 @@ struct FsckCommand: ParsableCommand {
             let claim = repair ? try VaultClaim(vault) : nil
             defer { withExtendedLifetime(claim) {} }
             let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
-            let journal: UndoJournal?
-            do {
-                journal = try UndoJournal(directory: vault.root.rawValue, readOnly: !repair)
-            } catch let error as Errno where error.code == ENOENT {
-                journal = nil
-            }
+            let journal = try undoJournal(of: vault)
             let onTerminal = isatty(2) == 1
             let checker = VaultChecker(vault: vault, master: master, journal: journal, repair: repair, report: { problem in
                 if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }

@@ -45,6 +45,8 @@ final class DurabilityTests: EndToEndCase {
     func vaultOnPowerCutDisk() throws -> (PowerCutDisk, MountedVault) {
         let disk = try XCTUnwrap(PowerCutDisk(scratch: scratch, test: self))
         let vault = MountedVault(scratch: scratch, cipherdir: disk.mountpoint + "/cipher")
+        // The machine's state (the undo journal) lies on the same disk, and is cut with it.
+        vault.stateDir = disk.mountpoint + "/state"
         vault.mount()
         return (disk, vault)
     }
@@ -241,6 +243,27 @@ final class DurabilityTests: EndToEndCase {
         assertCleanFsck(vault)
     }
 
+    // MARK: Machine-local state
+
+    /// The undo journal is this machine's: it lives in a private state directory per
+    /// vault (/var/lib/coffer for root), never in CIPHERDIR, where a sync engine would
+    /// carry it to another machine; a clean unmount leaves nothing there.
+    func testTheUndoJournalLivesOutsideCIPHERDIRAndGoesAtACleanUnmount() throws {
+        let vault = MountedVault(scratch: scratch)
+        let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        // An append to a partial block rewrites it: the old block goes into the journal.
+        assertOK(vault.sh("printf 'x%.0s' $(seq 100) > f; sync; printf more >> f"), "partial rewrite")
+        let journals = Harness.sh("find /var/lib/coffer -path '*/vault.cipher-*/coffer.journal' -newer '\(vault.passfile)' -size +0")
+        XCTAssertFalse(journals.stdout.isEmpty, "no journal in /var/lib/coffer: \(journals.stdout)\(journals.stderr)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: vault.cipherdir + "/coffer.journal"), "a journal in CIPHERDIR")
+        let stateDir = (journals.stdout.split(separator: "\n").first.map(String.init) ?? "/nonexistent/x").split(separator: "/").dropLast().joined(separator: "/")
+        XCTAssertEqual(Harness.sh("stat -c %a '/\(stateDir)'").stdout, "700\n")
+        vault.unmount()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "/" + stateDir), "the state directory outlived a clean unmount")
+        XCTAssertEqual(vault.sh("cat f").status, 1)  // unmounted: nothing there
+    }
+
     // MARK: A full disk
 
     /// Issue #9 item 5: on a full backing file system, writes and truncates that need
@@ -250,6 +273,7 @@ final class DurabilityTests: EndToEndCase {
         assertOK(Harness.sh("mount -t tmpfs -o size=4m tmpfs '\(disk)'"), "tmpfs")
         addTeardownBlock { Harness.sh("umount -l '\(disk)'") }
         let vault = MountedVault(scratch: scratch, cipherdir: disk + "/cipher")
+        vault.stateDir = disk + "/state"  // the undo journal meets the full disk too
         vault.mount()
         assertOK(python(vault, """
             with open('keep', 'wb') as f:

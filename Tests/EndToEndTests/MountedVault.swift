@@ -9,6 +9,9 @@ final class MountedVault {
     let mountpoint: String
     let passfile: String
     let logFile: String
+    /// This machine's state directory for the vault (--state-dir): in the scratch
+    /// directory unless a test puts it elsewhere (on a disk whose power it cuts).
+    var stateDir: String
 
     /// A new vault in `cipherdir` (by default a directory of the scratch directory).
     init(scratch: Scratch, name: String = "vault", cipherdir: String? = nil, initOptions: [String] = []) {
@@ -17,6 +20,7 @@ final class MountedVault {
         mountpoint = scratch.mkdir(name + ".plain")
         passfile = scratch.file(name + ".pass", "passphrase of \(name)\n")
         logFile = scratch.path + "/" + name + ".log"
+        stateDir = scratch.path + "/" + name + ".state"
         let r = Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile] + initOptions + [self.cipherdir])
         XCTAssertEqual(r.status, 0, "init: \(r.stderr)")
     }
@@ -24,7 +28,8 @@ final class MountedVault {
     /// Mounts; returns the outcome of `coffer mount`.
     @discardableResult
     func mount(_ extra: [String] = []) -> Outcome {
-        let r = Harness.run([Harness.coffer, "mount", "--passfile", passfile, "--log-file", logFile] + extra + [cipherdir, mountpoint])
+        let r = Harness.run([Harness.coffer, "mount", "--passfile", passfile, "--log-file", logFile, "--state-dir", stateDir]
+                            + extra + [cipherdir, mountpoint])
         XCTAssertEqual(r.status, 0, "mount: \(r.stderr)")
         return r
     }
@@ -66,7 +71,7 @@ final class MountedVault {
 
     /// `coffer fsck` of the vault (unmounted), with `extra` options.
     func fsck(_ extra: [String] = []) -> Outcome {
-        Harness.run([Harness.coffer, "fsck", "--passfile", passfile] + extra + [cipherdir])
+        Harness.run([Harness.coffer, "fsck", "--passfile", passfile, "--state-dir", stateDir] + extra + [cipherdir])
     }
 
     /// Runs a bash script in the mountpoint (`$M`), with `$C` the cipherdir.
