@@ -191,9 +191,14 @@ struct MountCommand: ParsableCommand {
         // The file system's hooks reach the session and the relief thread, made after it.
         let link = SessionLink()
         let relief = NodePressureRelief()
-        let state: String
+        let state: String?
         do {
             state = try StateDirectory.forVault(vault, at: MountPoint.canonical(vault.path) ?? vault.path, given: stateDir)
+        } catch where stateDir == nil {
+            // A user without a writable home (a system account): the journal stays in
+            // CIPHERDIR, as before coffer kept it apart; durable all the same.
+            logger.warning("no state directory (\(error)); the undo journal is kept in CIPHERDIR, where a sync engine would carry it: give --state-dir if the vault is synced")
+            state = nil
         } catch {
             throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
         }

@@ -1,7 +1,9 @@
 // UnmountCommand ends a mount: `coffer unmount MOUNTPOINT` (fusermount3 -u, which works
-// for root and for the user who mounted). The daemon then locks and exits.
+// for root and for the user who mounted). The daemon then locks and exits, and unmount
+// returns once it has: its keys are wiped and the vault is free for the next mount.
 import ArgumentParser
 import CLinux
+import CofferGate
 import Foundation
 import Glibc
 
@@ -22,6 +24,10 @@ struct UnmountCommand: ParsableCommand {
                   mount.type == "fuse.coffer" else {
                 throw CommandFailure(status: .notMounted, message: "\(mountpoint) is not a coffer mount")
             }
+            // The daemon, asked before the mount goes (found through the mount's default
+            // socket; a mount with --socket, or another user's, is not waited for).
+            let daemon = (try? SocketPath.forMountpoint(path))
+                .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 2).status?.pid }
             let (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
             guard clinux_term_signal(status) == 0 && clinux_exit_status(status) == 0 else {
                 if text.contains("busy") || text.contains("Device or resource busy") {
@@ -29,6 +35,18 @@ struct UnmountCommand: ParsableCommand {
                 }
                 throw CommandFailure(status: .failure, message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
             }
+            if let daemon { waitForExit(pid_t(daemon)) }
+        }
+    }
+
+    /// Waits (up to 30 s: a daemon syncing a large journal away) until process `pid`, a
+    /// coffer daemon, has exited.
+    private func waitForExit(_ pid: pid_t) {
+        for _ in 0..<3000 {
+            let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? ""
+            let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            if !comm.hasPrefix("coffer") || state.contains(") Z ") { return }
+            usleep(10_000)
         }
     }
 }

@@ -110,6 +110,8 @@ struct FsckCommand: ParsableCommand {
         let path: String
         do {
             path = try StateDirectory.forVault(vault, at: MountPoint.canonical(cipherdir) ?? cipherdir, given: stateDir)
+        } catch where stateDir == nil {
+            return nil  // no state directory could be made: a mount kept its journal in CIPHERDIR
         } catch {
             throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
         }

@@ -72,6 +72,22 @@ final class MountCommandTests: EndToEndCase {
         XCTAssertTrue(vault.log.contains("keys wiped"), vault.log)
     }
 
+    /// `coffer unmount` returns once the daemon has wiped its keys and released the vault:
+    /// a mount right after it succeeds (issue 19, item 3), again and again.
+    func testAMountRightAfterAnUnmountSucceeds() {
+        let vault = MountedVault(scratch: scratch)
+        for round in 0..<10 {
+            let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "--log-file", vault.logFile,
+                                 vault.cipherdir, vault.mountpoint])
+            XCTAssertEqual(r.status, 0, "round \(round): \(r.stderr)")
+            assertOK(vault.sh("echo \(round) > f"), "write")
+            assertOK(Harness.run([Harness.coffer, "unmount", vault.mountpoint]), "unmount")
+            // The daemon's last line is written when unmount returns, not after.
+            XCTAssertEqual(vault.log.components(separatedBy: "unmounted \(vault.mountpoint); keys wiped").count - 1, round + 1, vault.log)
+            guard r.status == 0 else { return }
+        }
+    }
+
     func testAnUnprivilegedUserMountsUsesAndUnmounts() throws {
         // nobody needs a directory it owns, and to reach the built binary.
         let home = scratch.mkdir("nobody")
