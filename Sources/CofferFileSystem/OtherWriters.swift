@@ -57,8 +57,6 @@ final class OtherWriters: Sendable {
         }
     }
 
-    var isActive: Bool { events != nil }
-
     static func now() -> Int64 { Int64(Sys.monotonicNow() * 1000) }
 
     /// Watches backing directory `node`, if it can (else it stays unwatched: brief caching).

@@ -6,7 +6,8 @@ import Glibc
 import TestSupport
 import XCTest
 
-final class NameTransformTests: XCTestCase {
+/// A name transform with random keys and a fresh backing directory with its IV.
+class NameDirectoryCase: XCTestCase {
     let names = NameTransform(cipher: NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32)))
     var dir: TempDirectory!
     var iv: [UInt8] = []
@@ -15,6 +16,9 @@ final class NameTransformTests: XCTestCase {
         dir = TempDirectory()
         iv = try! DirectoryIV.create(in: dir.fd)
     }
+}
+
+final class NameTransformTests: NameDirectoryCase {
 
     /// Creates the backing entry for `name` the way the mount does, and returns it.
     func create(_ name: [UInt8]) throws -> BackingName {
@@ -151,15 +155,7 @@ final class MetadataCodecTests: XCTestCase {
 
 /// Names a sync engine gives the copies it makes: strict decoding, and the readable names
 /// coffer shows such copies under (ConflictName).
-final class ConflictNameTests: XCTestCase {
-    let names = NameTransform(cipher: NameCipher(macKey: .random(count: 32), streamKey: .random(count: 32)))
-    var dir: TempDirectory!
-    var iv: [UInt8] = []
-
-    override func setUp() {
-        dir = TempDirectory()
-        iv = try! DirectoryIV.create(in: dir.fd)
-    }
+final class ConflictNameTests: NameDirectoryCase {
 
     let syncthing = ".sync-conflict-20261123-101500-ABCDEFG"
     let nextcloud = " (conflicted copy 2026-11-23 101500)"
