@@ -352,16 +352,15 @@ public struct ContentFile {
 
     // MARK: After a crash
 
-    /// The blocks of this file that a crash tore and that the newest undo record of
-    /// each (`records`, by block) puts back; with `repair`, they are put back (and the
-    /// file's size set to what it was with that slot). A record is used only if the
-    /// block fails authentication while its slot starts with the record's old or new
-    /// nonce — the tear of that very rewrite — and the record's slot authenticates.
-    public func tornBlocks(_ records: [Int64: UndoJournal.Record], repair: Bool) throws -> [Int64] {
+    /// The blocks of this file that a crash tore and that an undo record of each
+    /// (`records`, by block, the newest first) puts back; with `repair`, they are put
+    /// back (and the file's size set to what it was with that slot). For a block that
+    /// fails authentication, the records are tried newest first (`RecoveryPlan`).
+    public func tornBlocks(_ records: [Int64: [UndoJournal.Record]], repair: Bool) throws -> [Int64] {
         guard let id = try fileID() else { return [] }
         var found: [Int64] = []
         var probe = [UInt8](repeating: 0, count: 1)
-        for (block, record) in records.sorted(by: { $0.key < $1.key }) {
+        for (block, candidates) in records.sorted(by: { $0.key < $1.key }) {
             do {
                 _ = try probe.withUnsafeMutableBytes { try read(into: $0, at: block * BlockLayout.plainBlockSize) }
                 continue
@@ -369,12 +368,14 @@ public struct ContentFile {
             let at = BlockLayout.cipherOffset(block: block)
             var nonce = [UInt8](repeating: 0, count: ContentCipher.nonceSize)
             _ = try nonce.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
-            guard nonce == record.newNonce || nonce[...] == record.oldNonce else { continue }
-            var plain = [UInt8](repeating: 0, count: record.oldLength)
-            guard (try? record.sealed.withUnsafeBytes { sealed in
-                try plain.withUnsafeMutableBytes { try cipher.open(sealed, firstBlock: UInt64(block), fileID: id, into: $0) }
-            }) != nil else { continue }
-            for i in plain.indices { plain[i] = 0 }
+            let opens = { (record: UndoJournal.Record) -> Bool in
+                var plain = [UInt8](repeating: 0, count: record.oldLength)
+                defer { for i in plain.indices { plain[i] = 0 } }
+                return (try? record.sealed.withUnsafeBytes { sealed in
+                    try plain.withUnsafeMutableBytes { try cipher.open(sealed, firstBlock: UInt64(block), fileID: id, into: $0) }
+                }) != nil
+            }
+            guard let record = RecoveryPlan.record(for: nonce, among: candidates, opens: opens) else { continue }
             found.append(block)
             guard repair else { continue }
             try record.sealed.withUnsafeBytes { try Sys.writeFully(fd, $0, at: at) }
@@ -386,6 +387,29 @@ public struct ContentFile {
             try retryOnInterrupt("fdatasync") { fdatasync(fd) }
         }
         return found
+    }
+}
+
+/// Which undo record puts a torn block back (FORMAT.md §11), decided apart from the
+/// reading and writing: pure, and unit-tested on its own.
+public enum RecoveryPlan {
+    /// The record to apply to a block that fails authentication and whose slot on disk
+    /// starts with `nonce`, among `records` of that block (the newest first), or nil.
+    /// Records are tried newest first; one applies if its old slot `opens` and the slot
+    /// on disk carries a nonce of its rewrite or of a later one (its old nonce, or the
+    /// new nonce of it or of any newer record): the tear is then of a rewrite it
+    /// precedes. So when the newest record is itself torn (its old slot half on disk),
+    /// the one before it — a durable record holding the last fsynced slot — still
+    /// puts the block back.
+    public static func record(for nonce: [UInt8], among records: [UndoJournal.Record],
+                              opens: (UndoJournal.Record) -> Bool) -> UndoJournal.Record? {
+        var laterNonces: [ArraySlice<UInt8>] = []
+        for record in records {
+            laterNonces.append(record.newNonce[...])
+            let tornHere = nonce[...] == record.oldNonce || laterNonces.contains { $0 == nonce[...] }
+            if tornHere && opens(record) { return record }
+        }
+        return nil
     }
 }
 

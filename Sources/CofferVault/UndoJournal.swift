@@ -108,9 +108,10 @@ public final class UndoJournal: Sendable {
         var recorded: [FileID: [Int64: Int]] = [:]
         /// What each ring slot holds.
         var ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: UndoJournal.ringSlots)
-        /// Records found at open (left by an earlier daemon), newest per block, until each
-        /// file has been checked: they are what a crash may need.
-        var pending: [FileID: [Int64: Record]] = [:]
+        /// Records found at open (left by an earlier daemon), every one per block, until
+        /// each file has been checked: they are what a crash may need (the newest first,
+        /// an older one where the newest was itself torn; see `ContentFile.tornBlocks`).
+        var pending: [FileID: [Int64: [Record]]] = [:]
 
         init(file: consuming FileDescriptor) { self.file = file }
 
@@ -147,8 +148,7 @@ public final class UndoJournal: Sendable {
             state.sequence = max(state.sequence, record.sequence + 1)
             state.count(record.fileID, record.block, +1)
             if i < Self.ringSlots { state.ring[i] = (record.fileID, record.block) }
-            if let newer = state.pending[record.fileID]?[record.block], newer.sequence > record.sequence { continue }
-            state.pending[record.fileID, default: [:]][record.block] = record
+            state.pending[record.fileID, default: [:]][record.block, default: []].append(record)
         }
         state.size = Int64(max(records, Self.ringSlots) * Self.recordSize)
         self.state = Mutex(state)
@@ -162,11 +162,16 @@ public final class UndoJournal: Sendable {
         }
     }
 
+    /// The journal file's descriptor, for tests that tear a record by hand.
+    var fileDescriptorForTests: Int32 { state.withLock { $0.file.rawValue } }
+
     /// True while records of an earlier daemon wait for their files to be checked.
     public var hasPending: Bool { state.withLock { !$0.pending.isEmpty } }
 
-    /// The records of an earlier daemon for `fileID`, newest per block.
-    public func pendingRecords(_ fileID: FileID) -> [Int64: Record] { state.withLock { $0.pending[fileID] ?? [:] } }
+    /// The records of an earlier daemon for `fileID`, per block, the newest first.
+    public func pendingRecords(_ fileID: FileID) -> [Int64: [Record]] {
+        state.withLock { $0.pending[fileID] ?? [:] }.mapValues { $0.sorted { $0.sequence > $1.sequence } }
+    }
 
     /// The file was checked (and repaired if it needed it): its pending records are done.
     public func checked(_ fileID: FileID) { state.withLock { _ = $0.pending.removeValue(forKey: fileID) } }
@@ -229,7 +234,7 @@ public final class UndoJournal: Sendable {
             try Sys.syncFileSystem(data.rawValue)
             let kept = state.withLock { state -> [Record] in
                 if !keepingPending { state.pending = [:] }
-                return state.pending.values.flatMap { $0.values }
+                return state.pending.values.flatMap { $0.values.joined() }
             }
             let bytes = [UInt8](repeating: 0, count: Self.ringSlots * Self.recordSize) + kept.flatMap(\.encoded)
             if !kept.isEmpty {
@@ -245,7 +250,7 @@ public final class UndoJournal: Sendable {
                 state.size = Int64(bytes.count)
                 state.nextRingSlot = 0
                 state.ring = [(fileID: FileID, block: Int64)?](repeating: nil, count: Self.ringSlots)
-                state.recorded = state.pending.mapValues { $0.mapValues { _ in 1 } }
+                state.recorded = state.pending.mapValues { $0.mapValues(\.count) }
             }
         }
     }

@@ -57,6 +57,49 @@ final class UndoJournalTests: XCTestCase {
         XCTAssertEqual(try f.tornBlocks(records, repair: true), [], "an intact block needs nothing")
     }
 
+    /// Issue 19, item 1 (a sqlite WAL under writeback): a 24-byte write to a synced block
+    /// takes a durable record; a page write to the same block then takes a ring record;
+    /// the cut leaves the newest slot cut short and the ring record half written. The
+    /// durable record before it puts the synced bytes back.
+    func testWhenTheNewestRecordIsTornTheDurableOneBeforeItPutsTheBlockBack() throws {
+        let journal = try UndoJournal(directory: dir.fd)
+        let volatile = VolatileBlocks()
+        let fd = dir.openFile("wal")
+        defer { close(fd) }
+        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
+        let synced = Sodium.randomArray(count: 3880)
+        try write(f, synced, at: 0)
+        volatile.removeAll()  // fsync
+        try write(f, Sodium.randomArray(count: 24), at: 3880)     // the frame header: a durable record
+        try write(f, Sodium.randomArray(count: 1000), at: 3904)   // the page: a ring record (slot 0)
+        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904))  // the newest slot cut short
+        let torn = Sodium.randomArray(count: 64)                   // the ring record's old slot half written
+        try torn.withUnsafeBytes { try Sys.writeFully(journal.fileDescriptorForTests, $0, at: Int64(UndoJournal.headerSize + 64)) }
+        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
+        let restarted = try UndoJournal(directory: dir.fd)
+        let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
+        XCTAssertEqual(records[0]?.count, 2, "both records of the block are kept")
+        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher).tornBlocks(records, repair: true), [0])
+        XCTAssertEqual(try readAll(ContentFile(fd: fd, cipher: cipher)), synced, "every fsynced byte is back")
+    }
+
+    func testTheRecoveryPlanTriesRecordsNewestFirstAlongTheirChain() {
+        let nonce = { (n: UInt8) in [UInt8](repeating: n, count: ContentCipher.nonceSize) }
+        let record = { (old: UInt8, new: UInt8) in
+            UndoJournal.Record(fileID: FileID(bytes: [UInt8](repeating: 1, count: 16)), block: 0, oldLength: 1,
+                               newNonce: nonce(new), sealed: nonce(old) + [UInt8](repeating: 0, count: 17))
+        }
+        let (r1, r2) = (record(1, 2), record(2, 3))  // r1: slot 1 → 2 (durable); r2: slot 2 → 3 (newest)
+        let plan = { (disk: UInt8, opening: [UInt8]) in
+            RecoveryPlan.record(for: nonce(disk), among: [r2, r1]) { opening.contains($0.oldNonce.first!) }?.oldNonce.first
+        }
+        XCTAssertEqual(plan(3, [1, 2]), 2, "the newest record first")
+        XCTAssertEqual(plan(3, [1]), 1, "the newest is torn: the one before it")
+        XCTAssertEqual(plan(2, [1]), 1, "torn between the two rewrites")
+        XCTAssertNil(plan(9, [1, 2]), "a tear of some other write: nothing")
+        XCTAssertNil(plan(3, []), "no record opens: nothing")
+    }
+
     func testARecordIsNotAppliedToATearOfAnotherWrite() throws {
         let (fd, _) = try tornAppend()
         defer { close(fd) }
