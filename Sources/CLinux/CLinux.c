@@ -36,6 +36,10 @@ int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fall
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
 
+int clinux_write_out(int fd) {
+    return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+}
+
 int clinux_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
 
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }

@@ -70,12 +70,8 @@ extension PlainFileSystem {
         }
     }
 
-    /// A name for a backing directory on its way in or out (mkdir, rmdir): it starts
-    /// with '.', so listings pass over it, and `coffer fsck --repair` removes one that a
-    /// crash left behind.
-    static func temporaryDirectoryName() -> String {
-        DirectoryIV.temporaryPrefix + Sodium.randomArray(count: 8).map { String(format: "%02x", $0) }.joined()
-    }
+    /// A name for a backing directory on its way in or out (mkdir, rmdir).
+    static func temporaryDirectoryName() -> String { DirectoryIV.temporaryName() }
 
     /// The directory is made and given its IV under a temporary name, then renamed into
     /// place: a crash never leaves a directory without its IV.

@@ -50,6 +50,12 @@ extension Sys {
         try retryOnInterrupt("renameat2") { clinux_renameat2(fromDir, from, toDir, to, flags) }
     }
 
+    /// sync_file_range(2) of the whole file, waiting: its data pages are written to the
+    /// disk (not its metadata, and with no cache flush) before this returns.
+    public static func writeOut(_ fd: Int32) throws {
+        try retryOnInterrupt("sync_file_range") { clinux_write_out(fd) }
+    }
+
     /// syncfs(2): every file of the file system holding `fd` reaches the disk.
     public static func syncFileSystem(_ fd: Int32) throws {
         try retryOnInterrupt("syncfs") { clinux_syncfs(fd) }

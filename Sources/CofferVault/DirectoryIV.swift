@@ -10,9 +10,19 @@ public enum DirectoryIV {
     /// Prefix of a backing directory on its way in (mkdir) or out (rmdir).
     public static let temporaryPrefix = ".coffer.dir."
 
+    /// A name for a backing directory on its way in or out: it starts with '.', so
+    /// listings pass over it, and `coffer fsck --repair` removes one that a crash left.
+    public static func temporaryName() -> String {
+        temporaryPrefix + Sodium.randomArray(count: 8).map { String(format: "%02x", $0) }.joined()
+    }
+
     /// Creates the IV file of a new, empty backing directory. With `durable: false` it is
-    /// not fsynced: the mount makes it durable later, before a file below is made durable
-    /// (PlainFileSystem.makeAncestorsDurable), so that mkdir does not pay an fsync.
+    /// not fsynced, so that mkdir does not pay an fsync (the mount syncs it before a file
+    /// below is made durable: PlainFileSystem.makeAncestorsDurable), but its bytes are
+    /// written out to the disk before this returns: the directory is renamed into place
+    /// afterwards, and a journaling file system makes that rename durable (on any fsync
+    /// of anything on the disk) only with the IV file's earlier allocation and size, so
+    /// a power cut never leaves the directory's entry without its IV (issue 19, item 2).
     @discardableResult
     public static func create(in dir: Int32, durable: Bool = true) throws -> [UInt8] {
         let iv = Sodium.randomArray(count: NameCipher.ivSize)
@@ -31,7 +41,7 @@ public enum DirectoryIV {
         let fd = try FileDescriptor.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         do {
             try iv.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
-            if durable { try Sys.fsync(fd.rawValue) }
+            if durable { try Sys.fsync(fd.rawValue) } else { try Sys.writeOut(fd.rawValue) }
         } catch {
             try? Sys.unlink(fileName, in: dir)
             throw error

@@ -33,6 +33,9 @@ public struct VaultCheckSummary {
     public var problems = 0
     /// Harmless crash leftovers found (and, with repair, removed or put right).
     public var leftovers = 0
+    /// Damage that repair put right (a directory given a new IV), counted apart from
+    /// `problems`: nothing of it is left.
+    public var repaired = 0
     /// Sync engines' conflict copies found (left as they are).
     public var conflicts = 0
 }
@@ -68,6 +71,53 @@ public final class VaultChecker {
     private func problem(_ path: String, _ what: String, backingName: String? = nil) {
         summary.problems += 1
         report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: backingName, what: what, isLeftover: false))
+    }
+
+    /// The plaintext directory at the vault root that holds what a repair could not
+    /// put back under its name, as e2fsck's does.
+    public static let lostAndFound = "lost+found"
+
+    /// Gives `dir`, whose IV is lost, a new one, and moves each of its entries — whose
+    /// names were encrypted under the lost IV — to /lost+found as `#INODE` (a long
+    /// name's sidecar goes). Their contents are bound to their file IDs, not to their
+    /// names, so they read as before. Returns how many were moved.
+    /// The entries move first and the new IV comes last (a crash in between leaves the
+    /// lost IV, and the next repair goes on), except at the root, which lost+found needs.
+    private func giveNewIV(_ dir: Int32) throws -> Int {
+        let entries = try Sys.readDirectory(dir).filter { !NameTransform.isReserved($0.name) }
+        let isRoot = try Sys.stat(dir).st_ino == Sys.stat(root).st_ino
+        if isRoot { try replaceIV(in: dir) }
+        let target = try lostAndFoundDirectory()
+        let targetIV = try DirectoryIV.read(in: target.rawValue)
+        for entry in entries {
+            let name = try codecs.names.backingName(for: Array("#\(entry.ino)".utf8), dirIV: targetIV)
+            try NameTransform.writeSidecar(name, in: target.rawValue)
+            try Sys.rename(entry.name, in: dir, to: name.name, in: target.rawValue, flags: RENAME_NOREPLACE)
+            NameTransform.removeSidecar(ofEntry: entry.name, in: dir)
+        }
+        try AtomicFile.syncDirectory(target.rawValue)
+        if !isRoot { try replaceIV(in: dir) }
+        return entries.count
+    }
+
+    private func replaceIV(in dir: Int32) throws {
+        if (try? Sys.stat(DirectoryIV.fileName, in: dir)) != nil { try Sys.unlink(DirectoryIV.fileName, in: dir) }
+        try DirectoryIV.create(in: dir)
+        try AtomicFile.syncDirectory(dir)
+    }
+
+    /// The backing directory of /lost+found, made (as mkdir makes one: under a temporary
+    /// name, given its IV, renamed into place) if it is not there.
+    private func lostAndFoundDirectory() throws -> FileDescriptor {
+        let name = try codecs.names.backingName(for: Array(Self.lostAndFound.utf8), dirIV: try DirectoryIV.read(in: root)).name
+        if let existing = try? FileDescriptor.open(name, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW) { return existing }
+        let temp = DirectoryIV.temporaryName()
+        try Sys.mkdir(temp, in: root, mode: 0o700)
+        let fd = try FileDescriptor.open(temp, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        try DirectoryIV.create(in: fd.rawValue)
+        try Sys.rename(temp, in: root, to: name, in: root, flags: RENAME_NOREPLACE)
+        try AtomicFile.syncDirectory(root)
+        return fd
     }
 
     /// Reports a sync engine's conflict copy (never repaired: it is a version of a file).
@@ -114,7 +164,19 @@ public final class VaultChecker {
         do {
             iv = try DirectoryIV.read(in: dir)
         } catch {
-            return problem(path, "\(error); names in it cannot be read")
+            guard repair else {
+                return problem(path, "\(error); names in it cannot be read (fsck --repair gives it a new IV and moves its entries to /\(Self.lostAndFound))")
+            }
+            do {
+                let moved = try giveNewIV(dir)
+                summary.repaired += 1
+                report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
+                                    what: "\(error); repaired: a new IV, and its \(moved) entr\(moved == 1 ? "y" : "ies") moved to /\(Self.lostAndFound) (as #INODE, contents intact)",
+                                    isLeftover: false))
+            } catch let failure {
+                return problem(path, "\(error); repair failed: \(failure)")
+            }
+            return checkDirectory(dir, path: path)
         }
         let entries: [Sys.DirectoryEntry]
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }

@@ -141,6 +141,48 @@ final class DurabilityTests: EndToEndCase {
         assertCleanFsck(vault)
     }
 
+    /// Issue 19, item 2: a directory made beside one whose file is fsynced. The fsync
+    /// makes the new directories' entries durable; the cut must not leave one of them
+    /// without its IV (its IV file empty), whatever else the disk made durable.
+    func testANewDirectoryKeepsItsIVWhenAnotherFileIsFsynced() throws {
+        let (disk, vault) = try vaultOnPowerCutDisk()
+        assertOK(python(vault, """
+            os.mkdir('a'); os.mkdir('b')
+            with open('b/f', 'wb') as f:
+                f.write(pattern(5000, 4)); f.flush(); os.fsync(f.fileno())
+            """), "mkdir and fsync")
+        try cutAndRecover(disk, vault)
+        assertOK(vault.sh("ls a && touch a/x && [ \"$(ls a)\" = x ]"), "the directory made before the fsync is usable")
+        assertOK(python(vault, "assert open('b/f', 'rb').read() == pattern(5000, 4)"), "the fsynced file")
+        assertCleanFsck(vault)
+    }
+
+    /// Issue 19, item 2: whatever happens, `fsck --repair` never leaves a directory
+    /// unusable. A directory whose IV is lost gets a new one, and its entries — names
+    /// unreadable, contents intact — go to /lost+found as #INODE, as e2fsck does.
+    func testRepairGivesADirectoryThatLostItsIVANewOneAndMovesItsEntriesToLostAndFound() throws {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir -p d/sub && echo kept > d/x && echo deeper > d/sub/y && echo other > z"), "files")
+        let ino = vault.sh("stat -c %i d").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        vault.unmount()
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && d=$(find . -maxdepth 1 -inum \(ino)) && : > \"$d/coffer.diriv\""), "lose the IV")
+        let check = vault.fsck()
+        XCTAssertEqual(check.status, 40, check.stdout)
+        XCTAssertTrue(check.stdout.contains("fsck --repair gives it a new IV"), check.stdout)
+        let repair = vault.fsck(["--repair"])
+        XCTAssertEqual(repair.status, 0, repair.stdout + repair.stderr)
+        XCTAssertTrue(repair.stdout.contains("repaired: a new IV, and its 2 entries moved to /lost+found"), repair.stdout)
+        let again = vault.fsck()
+        XCTAssertEqual(again.status, 0, again.stdout)
+        vault.mount()
+        let r = vault.sh("""
+            touch d/new && ls d && cat z
+            for e in lost+found/*; do if [ -d "$e" ]; then cat "$e/y"; else cat "$e"; fi; done | sort
+            """)
+        assertOK(r, "after the repair")
+        XCTAssertEqual(r.stdout, "new\nother\ndeeper\nkept\n")
+    }
+
     // MARK: kill -9
 
     /// Issue #9 items 3 and 4: the daemon is killed in the middle of large unaligned

@@ -44,6 +44,9 @@ extern const short clinux_POSIX_SPAWN_SETSID;
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 int clinux_syncfs(int fd);
+/// sync_file_range(fd, 0, 0, WAIT_BEFORE | WRITE | WAIT_AFTER): the file's dirty pages are
+/// written to the disk (no metadata, no cache flush) before this returns.
+int clinux_write_out(int fd);
 /// pipe2(2): fds[0] is the read end, fds[1] the write end.
 int clinux_pipe2(int fds[2], int flags);
 int clinux_malloc_trim(size_t pad);
