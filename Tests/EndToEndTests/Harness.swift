@@ -61,6 +61,18 @@ enum Harness {
                        stderr: String(decoding: stderrData.get(), as: UTF8.self))
     }
 
+    /// Starts `arguments[0]` in the background with the rest as arguments, its output
+    /// discarded; the caller terminates and waits for it.
+    static func start(_ arguments: [String]) -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try? process.run()
+        return process
+    }
+
     /// Runs a shell script with `bash -euo pipefail -c`.
     @discardableResult
     static func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {
