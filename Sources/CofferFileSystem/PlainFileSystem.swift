@@ -358,23 +358,29 @@ public final class PlainFileSystem: Sendable {
     }
 
     /// After a crash, the first lookup of a file puts back the blocks that the crash
-    /// tore from the undo journal's records, before the kernel learns the file's size.
+    /// tore from the undo journal's records, and cuts a tail of blocks the crash tore
+    /// mid-append (`ContentFile.tornTail`), before the kernel learns the file's size.
     func repairingAfterCrash(_ entry: Entry, keys: Keys) throws -> Entry {
-        guard let journal, journal.hasPending else { return entry }
+        guard let journal, journal.hasPending || journal.foundAtOpen else { return entry }
         let node = nodes.node(entry.node)
         guard node.isRegular, node.markCrashChecked() else { return entry }
         do {
-            let restored = try node.contentLock.writing { () -> [Int64] in
+            let (restored, cut) = try node.contentLock.writing { () -> ([Int64], Int64?) in
                 let fd = try FileDescriptor.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
                 let file = ContentFile(fd: fd.rawValue, cipher: keys.set.content, ids: node.fileIDs)
-                guard let id = try file.fileID() else { return [] }
+                guard let id = try file.fileID() else { return ([], nil) }
                 let records = journal.pendingRecords(id)
-                guard !records.isEmpty else { return [] }
                 defer { journal.checked(id) }
-                return try file.tornBlocks(records, repair: true)
+                let restored = records.isEmpty ? [] : try file.tornBlocks(records, repair: true)
+                return (restored, journal.foundAtOpen ? try file.tornTail(repair: true) : nil)
             }
-            guard !restored.isEmpty else { return entry }
-            logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
+            guard !restored.isEmpty || cut != nil else { return entry }
+            if !restored.isEmpty {
+                logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
+            }
+            if let cut {
+                logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): its last blocks, appended after its last fsync and torn by a crash, cut; \(cut) bytes kept")
+            }
             attributesChanged(entry.node)
             return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd), validFor: entry.validFor)
         } catch {
@@ -392,7 +398,8 @@ public final class PlainFileSystem: Sendable {
     /// daemon's clean exit. A state directory left with nothing in it goes too.
     public func finish() throws {
         try journal?.trim()
-        if let stateDirectory = options.stateDirectory, journal?.removeIfEmpty() == true {
+        // A journal left after this means the mount did not end cleanly (UndoJournal.foundAtOpen).
+        if journal?.removeIfEmpty() == true, let stateDirectory = options.stateDirectory {
             _ = Glibc.rmdir(stateDirectory)  // only if empty: the directory itself is kept otherwise
         }
     }

@@ -390,6 +390,41 @@ public struct ContentFile {
     }
 }
 
+extension ContentFile {
+    /// Most blocks a torn tail may span: what a crash leaves of appends the disk had not
+    /// finished; a longer run of failing blocks is damage, not a tear.
+    public static let tornTailLimit = 256
+
+    /// After a crash: if the file's last blocks fail authentication (an append the crash
+    /// tore, its bytes written after the file's last fsync: a block that held fsynced
+    /// bytes is rewritten only under an undo record, applied before this), the number of
+    /// plaintext bytes the file keeps — up to the end of its last block that opens — and
+    /// with `repair` the file is cut there. Nil if the last block opens, or if more than
+    /// `tornTailLimit` blocks fail (damage, left as it is).
+    public func tornTail(repair: Bool) throws -> Int64? {
+        let cipherSize = Int64(try Sys.stat(fd).st_size)
+        guard cipherSize > BlockLayout.headerSize else { return nil }
+        let blocks = (cipherSize - BlockLayout.headerSize + BlockLayout.cipherBlockSize - 1) / BlockLayout.cipherBlockSize
+        var probe = [UInt8](repeating: 0, count: 1)
+        var kept = blocks
+        while kept > 0 {
+            do {
+                _ = try probe.withUnsafeMutableBytes { try read(into: $0, at: (kept - 1) * BlockLayout.plainBlockSize) }
+                break
+            } catch is VaultError {
+                kept -= 1
+                if blocks - kept > Int64(Self.tornTailLimit) { return nil }
+            }
+        }
+        guard kept < blocks else { return nil }
+        if repair {
+            try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: kept * BlockLayout.plainBlockSize))
+            try retryOnInterrupt("fdatasync") { fdatasync(fd) }
+        }
+        return kept * BlockLayout.plainBlockSize
+    }
+}
+
 /// Which undo record puts a torn block back (FORMAT.md §11), decided apart from the
 /// reading and writing: pure, and unit-tested on its own.
 public enum RecoveryPlan {

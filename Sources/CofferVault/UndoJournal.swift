@@ -86,6 +86,10 @@ public final class UndoJournal: Sendable {
         }
     }
 
+    /// The journal file was there before this open: the last mount of the vault on this
+    /// machine did not end cleanly (a clean end removes it; see `removeIfEmpty`), so
+    /// its files may hold blocks the crash tore.
+    public let foundAtOpen: Bool
     /// The directory holding the journal: a descriptor of the journal's own.
     private let directory: FileDescriptor
     /// A descriptor on the file system of the vault's data (CIPHERDIR), which a trim
@@ -136,6 +140,7 @@ public final class UndoJournal: Sendable {
     /// only borrowed: the journal keeps descriptors of its own of the same directories
     /// (opened through them, not by a path).
     public init(directory: Int32, data: Int32? = nil, readOnly: Bool = false) throws {
+        foundAtOpen = Self.exists(in: directory)
         self.directory = try FileDescriptor.open(".", in: directory, flags: O_PATH | O_DIRECTORY)
         self.data = try FileDescriptor.open(".", in: data ?? directory, flags: O_RDONLY | O_DIRECTORY)
         var state = State(file: try Self.openFile(in: directory, readOnly: readOnly))

@@ -269,8 +269,17 @@ public final class VaultChecker {
                 }
             }
         }
+        // After a crash, a tail of blocks torn mid-append is a leftover too (cut by repair);
+        // the blocks before it are checked as any.
+        var tornTail: Int64?
+        if let journal, journal.foundAtOpen, let kept = try? file.tornTail(repair: false) {
+            leftover(path, "its last blocks, appended after its last fsync, were torn by a crash; the mount cuts them (\(kept) bytes kept)") {
+                _ = try file.tornTail(repair: true)
+            }
+            tornTail = kept
+        }
         let size: Int64
-        do { size = try file.plainSize() } catch { return problem(path, "\(error)") }
+        do { size = try tornTail ?? file.plainSize() } catch { return problem(path, "\(error)") }
         // Block by block, so that every damaged block is named, not only the first.
         let chunk = Int(BlockLayout.plainBlockSize)
         var buffer = [UInt8](repeating: 0, count: chunk)

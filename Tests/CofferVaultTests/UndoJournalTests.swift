@@ -100,6 +100,28 @@ final class UndoJournalTests: XCTestCase {
         XCTAssertNil(plan(3, []), "no record opens: nothing")
     }
 
+    /// Issue 19, item 1 (sqlite's WAL after a cut): the last slots of an append reached the
+    /// disk in part; the file is cut back to its last block that opens, and only when
+    /// the tail is short enough to be a tear.
+    func testATailTornMidAppendIsCutBackToTheLastBlockThatOpens() throws {
+        let fd = dir.openFile("wal")
+        defer { close(fd) }
+        let f = ContentFile(fd: fd, cipher: cipher)
+        let data = Sodium.randomArray(count: 5 * 4096 + 1000)
+        try write(f, data, at: 0)
+        XCTAssertNil(try f.tornTail(repair: true), "an intact file keeps its tail")
+        // Block 4's slot half written, block 5's cut short.
+        try Sys.truncate(fd, to: BlockLayout.cipherOffset(block: 5) + 100)
+        try Sodium.randomArray(count: 2000).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.cipherOffset(block: 4) + 2000) }
+        XCTAssertEqual(try f.tornTail(repair: false), 4 * 4096)
+        XCTAssertEqual(try f.tornTail(repair: true), 4 * 4096)
+        XCTAssertEqual(try readAll(f), Array(data.prefix(4 * 4096)))
+        // A damaged block with good blocks after it is no tear: it stays damage.
+        try Sodium.randomArray(count: 100).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.cipherOffset(block: 1) + 50) }
+        XCTAssertNil(try f.tornTail(repair: true))
+        XCTAssertThrowsError(try readAll(f))
+    }
+
     func testARecordIsNotAppliedToATearOfAnotherWrite() throws {
         let (fd, _) = try tornAppend()
         defer { close(fd) }
