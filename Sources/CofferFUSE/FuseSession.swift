@@ -34,7 +34,10 @@ public final class FuseSession: @unchecked Sendable {
         self.link = link
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
-        var mountOptions = ["fsname=\(options.fsName)", "subtype=coffer"]
+        // libfuse splits options at commas and takes a backslash as an escape: a path
+        // with either in it must not add an option of its own (",allow_other").
+        let fsName = options.fsName.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+        var mountOptions = ["fsname=\(fsName)", "subtype=coffer"]
         if options.allowOther { mountOptions += ["allow_other", "default_permissions"] }
         if options.readOnly { mountOptions.append("ro") }
         mountOptions += options.extra

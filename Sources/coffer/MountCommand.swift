@@ -83,8 +83,11 @@ struct MountCommand: ParsableCommand {
         if fuseOptions.flatMap({ $0.split(separator: ",") }).contains("allow_other") {
             throw ValidationError("-o allow_other is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
+        if let secret = fuseOptions.flatMap({ $0.split(separator: ",").map(String.init) }).first(where: { MountHelperCommand.isInlineSecret($0) }) {
+            throw ValidationError("-o \(MountHelperCommand.named(secret)) is refused: a secret never goes in mount options; use --passfile or --extpass")
+        }
         if let refused = FuseSession.refusedOptions(fuseOptions).first {
-            throw ValidationError("-o \(refused): not a mount option libfuse accepts")
+            throw ValidationError("-o \(MountHelperCommand.named(refused)): not a mount option libfuse accepts")
         }
     }
 
@@ -231,6 +234,13 @@ struct MountCommand: ParsableCommand {
             try session.mount(at: target)
         } catch {
             throw CommandFailure(status: .mountFailed, message: "the kernel refused to mount \(target) (see the message above)")
+        }
+        // Decided on what the mount got, not on what was typed: an escaped spelling of
+        // allow_other (allow\_other, …) reaches the kernel past any check of the text.
+        let got = MountPoint.isMounted(target)?.superOptions ?? []
+        if got.contains("allow_other") && !got.contains("default_permissions") {
+            session.unmount()
+            throw CommandFailure(status: .usage, message: "-o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
         gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
                           invalidateEntry: { session.invalidate(parent: $0, name: $1) }))

@@ -25,7 +25,19 @@ struct MountHelperCommand: ParsableCommand {
                                            "user", "nouser", "users", "owner", "group", "comment"]
 
     /// Option names that would carry a secret inline; refused, never passed on.
-    static let inlineSecrets: Set<String> = ["passphrase", "password", "pass", "passwd", "key"]
+    static let inlineSecrets: Set<String> = ["passphrase", "password", "pass", "passwd", "pwd", "secret", "key"]
+
+    /// Whether `option` (NAME or NAME=VALUE) names an inline secret, in any case, with
+    /// or without '-' and '_' (Passphrase=, PASSWORD=, pass_word=…).
+    static func isInlineSecret(_ option: String) -> Bool {
+        let name = option.prefix { $0 != "=" }.lowercased().filter { $0 != "-" && $0 != "_" }
+        return inlineSecrets.contains(name)
+    }
+
+    /// How an option is named in a message: its name only, never its value.
+    static func named(_ option: String) -> String {
+        option.contains("=") ? String(option.prefix { $0 != "=" }) + "=…" : option
+    }
 
     /// The `coffer mount` arguments for mount(8)'s call; nil for a fake mount (-f).
     static func mountArguments(_ words: [String]) throws -> [String]? {
@@ -63,7 +75,7 @@ struct MountHelperCommand: ParsableCommand {
                 guard let value, !value.isEmpty else { throw ValidationError("-o \(key) needs a value (\(key)=…)") }
                 return value
             }
-            if inlineSecrets.contains(key) {
+            if isInlineSecret(key) {
                 throw ValidationError("-o \(key)=… is refused: a secret never goes in mount options; use passfile=FILE or the systemd credential coffer.passphrase")
             }
             switch key {

@@ -17,6 +17,9 @@ enum MountPoint {
         let type: String
         /// The mount's source (for coffer: the vault's path).
         let source: String
+        /// The file system's own options (mountinfo's super options), as the kernel has
+        /// them: what the mount really got, whatever spelling asked for it.
+        var superOptions: [String] = []
     }
 
     /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
@@ -27,7 +30,9 @@ enum MountPoint {
             let fields = line.split(separator: " ")
             guard fields.count > 4, let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count else { return nil }
             let source = dash + 2 < fields.count ? unescape(String(fields[dash + 2])) : ""
-            return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]), source: source)
+            let options = dash + 3 < fields.count ? fields[dash + 3].split(separator: ",").map(String.init) : []
+            return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]), source: source,
+                         superOptions: options)
         }
     }
 

@@ -108,6 +108,49 @@ final class HostileHostTests: EndToEndCase {
 
     // MARK: 3. -o allow_other
 
+    /// Issue 20, item 1: libfuse unescapes options after coffer has read them, and puts
+    /// CIPHERDIR's path into fsname=. No spelling may give other users a mount without
+    /// default_permissions: the mount is judged by the options the kernel has.
+    func testNoSpellingOfAllowOtherGetsPastTheOwnersModes() throws {
+        let vault = MountedVault(scratch: scratch)
+        for spelling in ["allow\\_other", "noatime,allow\\_other", "allow_oth\\145r"] {
+            let r = coffer(["mount", "--passfile", vault.passfile, "-o", spelling, vault.cipherdir, vault.mountpoint])
+            let options = MountPointOptions.of(vault.mountpoint)
+            XCTAssertFalse(options.contains("allow_other") && !options.contains("default_permissions"),
+                           "-o \(spelling): mounted with \(options)")
+            if r.status == 0 { vault.unmount() } else { XCTAssertEqual(r.status, 64, "-o \(spelling): \(r.stderr)") }
+        }
+        // A CIPHERDIR whose name holds ",allow_other" (fsname= carries the path).
+        let odd = MountedVault(scratch: scratch, name: "odd,allow_other,x")
+        odd.mount()
+        let options = MountPointOptions.of(odd.mountpoint)
+        XCTAssertFalse(options.contains("allow_other"), "mounted with \(options)")
+        odd.unmount()
+        // mount(8)'s helper with an escaped option.
+        try linkMountHelper(to: Harness.coffer, for: self)
+        let helper = Harness.run(["mount", "-t", "coffer", vault.cipherdir, vault.mountpoint, "-o", "passfile=\(vault.passfile),allow\\_other"])
+        let helperOptions = MountPointOptions.of(vault.mountpoint)
+        XCTAssertFalse(helperOptions.contains("allow_other") && !helperOptions.contains("default_permissions"),
+                       "mount -t coffer: mounted with \(helperOptions): \(helper.stderr)")
+        if helper.status == 0 { vault.unmount() }
+    }
+
+    /// Issue 20, item 5: a secret in an option is refused in any case and under the usual
+    /// names, and no message ever echoes an option's value.
+    func testNoOptionCarriesASecretAndNoMessageEchoesAValue() throws {
+        let vault = MountedVault(scratch: scratch)
+        try linkMountHelper(to: Harness.coffer, for: self)
+        for option in ["Passphrase=hunter2", "PASSWORD=hunter2", "secret=hunter2", "noatime,Key=hunter2", "pass_word=hunter2", "bogus=hunter2"] {
+            let direct = coffer(["mount", "--passfile", vault.passfile, "-o", option, vault.cipherdir, vault.mountpoint])
+            let helper = Harness.run(["mount", "-t", "coffer", vault.cipherdir, vault.mountpoint, "-o", "passfile=\(vault.passfile),\(option)"])
+            for r in [direct, helper] {
+                XCTAssertEqual(r.status, 64, "\(option): \(r.stderr)")
+                XCTAssertFalse((r.stdout + r.stderr).contains("hunter2"), "\(option) echoed: \(r.stderr)")
+            }
+            XCTAssertFalse(vault.isMounted)
+        }
+    }
+
     func testOptionAllowOtherIsRefusedAndOthersMeetTheOwnersModes() {
         let vault = MountedVault(scratch: scratch)
         let refused = coffer(["mount", "--passfile", vault.passfile, "-o", "noatime,allow_other", vault.cipherdir, vault.mountpoint])
@@ -377,5 +420,18 @@ final class HostileHostTests: EndToEndCase {
         XCTAssertEqual(r.status, 0, r.stderr)
         assertOK(Harness.sh("chmod 755 \(scratch.path) \(socketDir) && chmod 666 \(socket)"), "open up the socket")
         return (vault.mountpoint, socket, vault.passfile)
+    }
+}
+
+/// The super options (mountinfo) of the mount at a path, as the kernel has them.
+enum MountPointOptions {
+    static func of(_ path: String) -> [String] {
+        let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        for line in info.split(separator: "\n").reversed() {
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, fields[4] == path, let dash = fields.firstIndex(of: "-"), dash + 3 < fields.count else { continue }
+            return fields[dash + 3].split(separator: ",").map(String.init)
+        }
+        return []
     }
 }
