@@ -40,7 +40,10 @@ public enum SocketPath {
         var st = stat()
         guard lstat(path, &st) == 0 else { throw fail(String(cString: strerror(errno))) }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw fail("not a directory (a symlink?)") }
-        guard st.st_uid == uid else { throw fail("owned by uid \(st.st_uid), not \(uid)") }
+        guard st.st_uid == uid else {
+            // Another user made it first (in /tmp anyone can): say so, and the way round it.
+            throw fail("owned by uid \(st.st_uid), not \(uid): another user holds it; give \(purpose == "the control socket" ? "--socket PATH, or set XDG_RUNTIME_DIR" : "--state-dir DIR")")
+        }
         guard st.st_mode & 0o077 == 0 else { throw fail("mode \(String(st.st_mode & 0o777, radix: 8)) lets others in (must be 0700)") }
     }
 

@@ -151,6 +151,30 @@ final class HostileHostTests: EndToEndCase {
         }
     }
 
+    /// Issue 20, item 6: another user made the owner's socket directory first (/tmp,
+    /// no XDG_RUNTIME_DIR); the mount fails with a message that says so and the way round.
+    func testASquattedSocketDirectoryIsNamedWithTheWayRoundIt() throws {
+        let home = scratch.mkdir("nobody")
+        assertOK(Harness.sh("chown nobody: '\(home)' && chmod 755 '\(scratch.path)'"), "prepare")
+        let squat = "/tmp/coffer-65534", kept = scratch.path + "/kept-socket-directory"
+        // nobody's own directory, if an earlier test made it, goes aside for this test.
+        let hadOne = FileManager.default.fileExists(atPath: squat)
+        if hadOne { assertOK(Harness.sh("mv \(squat) '\(kept)'"), "set aside") }
+        assertOK(Harness.sh("mkdir -m 700 \(squat)"), "squat")  // made by root: another user
+        addTeardownBlock {
+            try? FileManager.default.removeItem(atPath: squat)
+            if hadOne { Harness.sh("mv '\(kept)' \(squat)") }
+        }
+        let r = Harness.sh("""
+            cd '\(home)'
+            runuser -u nobody -- env -u XDG_RUNTIME_DIR bash -c '
+              mkdir v m && echo pass > p && \(Harness.coffer) init --kdf-ops 2 --kdf-memory 64 --passfile p v > /dev/null
+              \(Harness.coffer) mount --passfile p v m' || echo "status $?"
+            """)
+        XCTAssertTrue(r.stdout.contains("status 39"), r.stdout + r.stderr)
+        XCTAssertTrue(r.stderr.contains("another user holds it") && r.stderr.contains("--socket"), r.stderr)
+    }
+
     func testOptionAllowOtherIsRefusedAndOthersMeetTheOwnersModes() {
         let vault = MountedVault(scratch: scratch)
         let refused = coffer(["mount", "--passfile", vault.passfile, "-o", "noatime,allow_other", vault.cipherdir, vault.mountpoint])
