@@ -27,18 +27,34 @@ struct MountTarget: ParsableArguments {
         }
     }
 
-    /// Sends `request` and turns a failed answer into its exit status.
+    /// Sends `request` and turns a failed answer into its exit status. A request that
+    /// finds the daemon busy (a flood of connections; nothing of it was done) is sent
+    /// again, with a growing pause, for up to 10 s: a lock must get through.
     func send(_ request: ControlRequest, secret: SecureBytes? = nil) throws -> ControlResponse {
+        var pause: useconds_t = 5_000, waited: useconds_t = 0
+        while true {
+            let response = try sendOnce(request, secret: secret)
+            guard response.error == ControlError.busy, waited < 10_000_000 else { return try checked(response) }
+            usleep(pause)
+            waited += pause
+            pause = min(pause * 2, 200_000)
+        }
+    }
+
+    private func sendOnce(_ request: ControlRequest, secret: SecureBytes?) throws -> ControlResponse {
         let path = try socketPath()
-        let response: ControlResponse
         do {
-            response = try ControlClient.send(request, secret: secret, to: path)
+            return try ControlClient.send(request, secret: secret, to: path)
         } catch ControlClient.Failure.noDaemon {
             throw CommandFailure(status: .socketUnavailable,
                                  message: "no coffer daemon answers for \(mountpoint) (socket \(path)); is it mounted?")
         } catch let failure as ControlClient.Failure {
             throw CommandFailure(status: .socketUnavailable, message: "\(mountpoint) (socket \(path)): \(failure)")
         }
+    }
+
+    /// The response, or its failure as the command's exit status.
+    private func checked(_ response: ControlResponse) throws -> ControlResponse {
         guard response.ok else {
             let status: ExitStatus
             switch response.error {
