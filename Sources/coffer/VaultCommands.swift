@@ -152,6 +152,19 @@ struct FsckCommand: ParsableCommand {
     }
 }
 
+extension WipeCommand {
+    /// Ends daemon `pid` with SIGTERM and waits up to 10 s for it to go; true if it did.
+    static func end(_ pid: pid_t) -> Bool {
+        guard kill(pid, SIGTERM) == 0 else { return false }
+        for _ in 0..<1000 {
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            if stat.isEmpty || stat.contains(") Z ") { return true }
+            usleep(10_000)
+        }
+        return false
+    }
+}
+
 struct WipeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "wipe",
@@ -176,19 +189,19 @@ struct WipeCommand: ParsableCommand {
                 }
             }
             try vault.wipe()
-            // Lock every live mount of this vault; with its config gone it cannot unlock again.
-            let source = MountPoint.canonical(vault.path) ?? vault.path
-            var unlocked: [String] = []
-            for mount in MountPoint.mounts() where mount.type == "fuse.coffer" && mount.source == source {
-                let locked = (try? SocketPath.forMountpoint(mount.path)).flatMap {
-                    try? ControlClient.send(ControlRequest(op: .lock), to: $0)
-                }?.ok ?? false
-                if !locked { unlocked.append(mount.path) }
+            // Lock every live daemon of this vault, found by the vault itself (whatever its
+            // fsname, socket or owner); with its config gone it cannot unlock again. One
+            // that cannot be locked is ended (SIGTERM: it unmounts and wipes its keys).
+            var untouched: [String] = []
+            for daemon in LiveDaemons.serving(vault.root.rawValue) {
+                let locked = daemon.socket.flatMap { try? ControlClient.send(ControlRequest(op: .lock), to: $0) }?.ok ?? false
+                if locked || Self.end(daemon.pid) { continue }
+                untouched.append("pid \(daemon.pid)\(daemon.socket.map { " (socket \($0))" } ?? "")")
             }
             print("Wiped \(vault.path): its key slots are destroyed.")
-            if !unlocked.isEmpty {
+            if !untouched.isEmpty {
                 throw CommandFailure(status: .socketUnavailable,
-                                     message: "could not lock the running mount(s) \(unlocked.joined(separator: ", ")) (started with --socket?): run `coffer lock --socket PATH` or unmount")
+                                     message: "could not lock or end the daemon(s) still serving the vault: \(untouched.joined(separator: ", ")); end them as their owner or as root")
             }
         }
     }

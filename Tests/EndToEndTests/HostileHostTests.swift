@@ -135,6 +135,39 @@ final class HostileHostTests: EndToEndCase {
         if helper.status == 0 { vault.unmount() }
     }
 
+    /// Issue 20, item 2: a wipe reaches every live mount of the vault — one with another
+    /// fsname, one with its socket elsewhere, another user's mount wiped by root — and
+    /// none serves plaintext afterwards.
+    func testAWipeLocksEveryLiveMountWhateverItsNameSocketOrOwner() {
+        let locked = { (vault: MountedVault) in
+            XCTAssertNotEqual(vault.sh("cat f").status, 0, "plaintext still served after the wipe")
+        }
+        // Another fsname.
+        let a = MountedVault(scratch: scratch, name: "a")
+        a.mount(["-o", "fsname=something-else"])
+        assertOK(a.sh("echo secret > f"), "write")
+        XCTAssertEqual(coffer(["wipe", "--yes", a.cipherdir]).status, 0)
+        locked(a)
+        // Its socket elsewhere.
+        let b = MountedVault(scratch: scratch, name: "b")
+        b.mount(["--socket", scratch.path + "/b.sock"])
+        assertOK(b.sh("echo secret > f"), "write")
+        XCTAssertEqual(coffer(["wipe", "--yes", b.cipherdir]).status, 0)
+        locked(b)
+        // Another user's mount, wiped by root.
+        let home = scratch.mkdir("nobody")
+        assertOK(Harness.sh("chown nobody: '\(home)' && chmod 755 '\(scratch.path)'"), "prepare")
+        assertOK(Harness.sh("""
+            cd '\(home)'
+            runuser -u nobody -- env -u XDG_RUNTIME_DIR HOME='\(home)' bash -euo pipefail -c '
+              mkdir v m && echo pass > p && \(Harness.coffer) init --kdf-ops 2 --kdf-memory 64 --passfile p v > /dev/null
+              \(Harness.coffer) mount --passfile p v m && echo secret > m/f'
+            """), "nobody's mount")
+        XCTAssertEqual(coffer(["wipe", "--yes", home + "/v"]).status, 0)
+        XCTAssertNotEqual(Harness.sh("cat '\(home)/m/f'").status, 0, "nobody's mount serves plaintext after root's wipe")
+        Harness.run(["fusermount3", "-u", "-z", home + "/m"])
+    }
+
     /// Issue 20, item 5: a secret in an option is refused in any case and under the usual
     /// names, and no message ever echoes an option's value.
     func testNoOptionCarriesASecretAndNoMessageEchoesAValue() throws {
