@@ -1,5 +1,6 @@
 // ExitCodes lists every exit status of the coffer command, in one place.
-// The README's table of exit statuses is written by hand; keep it in step with this list.
+// The README's table of exit statuses is written by hand; ExitStatusTableTests checks that
+// it lists exactly these.
 import ArgumentParser
 
 public enum ExitStatus: Int32, CaseIterable, Sendable {

@@ -46,11 +46,24 @@ struct MountTarget: ParsableArguments {
         do {
             return try ControlClient.send(request, secret: secret, to: path)
         } catch ControlClient.Failure.noDaemon {
+            // Another user's mount: its socket is in its owner's directory, and the daemon
+            // would refuse this user anyway.
+            if getuid() != 0, let owner = mountOwner(), owner != getuid() {
+                throw CommandFailure(status: .requestRefused,
+                                     message: "\(mountpoint) is uid \(owner)'s mount: only its owner or root may \(request.op) it")
+            }
             throw CommandFailure(status: .socketUnavailable,
                                  message: "no coffer daemon answers for \(mountpoint) (socket \(path)); is it mounted?")
         } catch let failure as ControlClient.Failure {
             throw CommandFailure(status: .socketUnavailable, message: "\(mountpoint) (socket \(path)): \(failure)")
         }
+    }
+
+    /// The uid that mounted the coffer mount at `mountpoint` (its user_id= option).
+    private func mountOwner() -> uid_t? {
+        guard let canonical = MountPoint.canonical(mountpoint), let mount = MountPoint.isMounted(canonical),
+              mount.type == "fuse.coffer" else { return nil }
+        return mount.superOptions.first { $0.hasPrefix("user_id=") }.flatMap { uid_t($0.dropFirst(8)) }
     }
 
     /// The response, or its failure as the command's exit status.

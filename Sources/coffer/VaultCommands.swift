@@ -147,7 +147,9 @@ struct FsckCommand: ParsableCommand {
             print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)")
             // Every record a crash could need was applied or found unneeded.
             if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
-            if summary.problems > 0 { throw ExitCode(ExitStatus.damageFound.rawValue) }
+            if summary.problems > 0 {
+                throw CommandFailure(status: .damageFound, message: "\(cipherdir): \(summary.problems) problem\(summary.problems == 1 ? "" : "s") found (listed above)")
+            }
         }
     }
 }
