@@ -139,6 +139,10 @@ public struct VaultConfig: Codable, Equatable, Sendable {
             throw VaultError.notAVault(path: path)
         } catch let error as Errno where error.code == EINVAL {
             throw VaultError.configMalformed(reason: "\(fileName) is not a regular file")
+        } catch let error as Errno where error.code == ELOOP {
+            throw VaultError.configMalformed(reason: "\(fileName) is a symlink")
+        } catch let error as Errno where error.code == EFBIG {
+            throw VaultError.configMalformed(reason: "\(fileName) is larger than 64 KiB")
         }
         return try parse(bytes)
     }

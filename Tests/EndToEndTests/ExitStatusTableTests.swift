@@ -48,6 +48,17 @@ final class ExitStatusTableTests: EndToEndCase {
         XCTAssertTrue(r.stderr.hasPrefix("coffer: ") && r.stderr.contains("1 problem found"), r.stderr)
     }
 
+    func testAHugeOrSymlinkedConfigIsAMalformedConfig() {
+        let (dir, made) = initVault()
+        assertOK(made, "init")
+        for plant in ["truncate -s 2G coffer.conf", "ln -s real.conf coffer.conf"] {
+            assertOK(Harness.sh("cd '\(dir)' && rm -f coffer.conf && \(plant)"), plant)
+            let r = Harness.run([Harness.coffer, "info", dir])
+            XCTAssertEqual(r.status, 13, "\(plant): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
+        }
+    }
+
     func testAnotherUsersLockIsRefusedAs28() {
         let vault = mountedVault()
         chmod(scratch.path, 0o755)  // nobody reaches the mountpoint, not the vault
