@@ -81,7 +81,7 @@ int clinux_exit_status(int status) { return WEXITSTATUS(status); }
 int clinux_term_signal(int status) { return WTERMSIG(status); }
 
 const unsigned long long clinux_FAN_Q_OVERFLOW = FAN_Q_OVERFLOW;
-const unsigned long long clinux_FAN_MODIFY = FAN_MODIFY;
+const unsigned long long clinux_FAN_CLOSE_WRITE = FAN_CLOSE_WRITE;
 const unsigned long long clinux_FAN_ATTRIB = FAN_ATTRIB;
 const unsigned long long clinux_FAN_ONDIR = FAN_ONDIR;
 const int clinux_DIRECTORY_KEY_MAX = sizeof(__kernel_fsid_t) + sizeof(int) + MAX_HANDLE_SZ;
@@ -91,7 +91,9 @@ int clinux_fanotify_init(void) {
 }
 
 int clinux_fanotify_watch(int group, int dirfd, int add) {
-    const unsigned long long mask = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_MODIFY | FAN_ATTRIB
+    // FAN_CLOSE_WRITE rather than FAN_MODIFY: one event per writer's close instead of
+    // one per write (the daemon's own writes would cost an event each).
+    const unsigned long long mask = FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO | FAN_CLOSE_WRITE | FAN_ATTRIB
         | FAN_ONDIR | FAN_EVENT_ON_CHILD;
     char path[32];
     snprintf(path, sizeof path, "/proc/self/fd/%d", dirfd);

@@ -8,7 +8,7 @@
 // which tells this daemon's own changes from others'); a change by another program
 // invalidates exactly what it touched: the entry's name (a new lookup then finds the
 // inode that is there now, never the replaced one), and the pages and attributes of an
-// inode changed in place. A reply races with such a change only in a directory another
+// inode changed in place (when its writer closes it: DirectoryEvents). A reply races with such a change only in a directory another
 // program has just changed, so for `settle` seconds after a change, and in directories
 // that cannot be watched (the user's mark limit reached, a file system without file
 // handles, no fanotify), the kernel caches for `shortCache` seconds only: a change
@@ -113,6 +113,7 @@ final class OtherWriters: Sendable {
                 }
                 if batch.isEmpty { return }
                 for event in batch where !event.isOwn { handle(event) }
+                usleep(useconds_t(DirectoryEvents.batching * 1_000_000))
             }
         }
         thread.name = "coffer-other-writers"

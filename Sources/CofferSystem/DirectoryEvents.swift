@@ -1,6 +1,8 @@
 // DirectoryEvents watches directories for changes — entries created, removed, moved in
-// or out, modified, their attributes changed — through fanotify, which says for each
-// change whether this process made it. One fanotify group; each directory is one mark.
+// or out, closed after writing, their attributes changed — through fanotify, which says
+// for each change whether this process made it. One fanotify group; each directory is
+// one mark. A write is seen when its writer closes the file (one event per close, not
+// per write: this process's own writes would otherwise cost an event each).
 import CLinux
 import Glibc
 
@@ -47,6 +49,11 @@ public final class DirectoryEvents: Sendable {
         _ = clinux_fanotify_watch(group.rawValue, fd, 0)
     }
 
+    /// Seconds a reader pauses after each batch of events, so that a burst is read in few
+    /// reads (the kernel merges repeated events meanwhile): this process's own changes,
+    /// which it only throws away, then cost it little. A change is seen that much later.
+    public static let batching = 0.002
+
     /// Waits for events and returns those that arrived (several at once when they queue
     /// up); an empty array once `stop()` was called.
     public func wait() throws -> [Event] {
@@ -85,7 +92,7 @@ public final class DirectoryEvents: Sendable {
                 event.key = keyBuffer.baseAddress
                 while clinux_fanotify_next(bytes.baseAddress, count, &offset, &event) == 1 {
                     let changes = event.mask & ~clinux_FAN_ONDIR
-                    let modification = clinux_FAN_MODIFY | clinux_FAN_ATTRIB
+                    let modification = clinux_FAN_CLOSE_WRITE | clinux_FAN_ATTRIB
                     events.append(Event(directory: Array(keyBuffer.prefix(Int(event.key_length))),
                                         name: String(cString: event.name),
                                         isOwn: event.pid == pid,

@@ -94,7 +94,7 @@ struct clinux_directory_event {
 
 /// FAN_* bits of `clinux_directory_event.mask` that coffer tells apart.
 extern const unsigned long long clinux_FAN_Q_OVERFLOW;
-extern const unsigned long long clinux_FAN_MODIFY;
+extern const unsigned long long clinux_FAN_CLOSE_WRITE;
 extern const unsigned long long clinux_FAN_ATTRIB;
 extern const unsigned long long clinux_FAN_ONDIR;
 /// Longest key `clinux_directory_key` writes.
@@ -105,8 +105,8 @@ extern const int clinux_DIRECTORY_KEY_MAX;
 /// close-on-exec. Works unprivileged (Linux 5.13 on). Returns the group's descriptor.
 int clinux_fanotify_init(void);
 /// fanotify_mark(2) of directory `dirfd` (any descriptor of it, O_PATH too): add (1) or
-/// remove (0) the watch for entries created, removed, moved in or out, and entries
-/// modified or with changed attributes.
+/// remove (0) the watch for entries created, removed, moved in or out, entries closed
+/// after writing, and entries with changed attributes.
 int clinux_fanotify_watch(int group, int dirfd, int add);
 /// The identity of directory `fd` as fanotify reports it: the file system ID (statfs)
 /// followed by the file handle's type and bytes (name_to_handle_at). Writes at most
