@@ -165,21 +165,21 @@ extension PlainFileSystem {
     public func unlink(parent: UInt64, name: [UInt8]) throws {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try existingBackingName(name, in: dir, keys: keys)
+            let (backing, st) = try existingEntry(name, in: dir, keys: keys)
             let targetSidecar = lastLinkTargetSidecar(backing.name, in: dir, keys: keys)
-            markRemovedThroughMount(backing.name, in: dir)
+            if let st { markRemovedThroughMount(st) }
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
             if let targetSidecar { SymlinkCodec.removeSidecar(targetSidecar, in: nodes.root.fd) }
         }
     }
 
-    /// Marks the node of backing entry `backingName` (if the kernel holds it) as losing
-    /// its last name through this mount, which its open files survive (see
+    /// Marks the node of the backing entry with stat `st` (if the kernel holds it) as
+    /// losing its last name through this mount, which its open files survive (see
     /// `refuseIfRemovedByOthers`). Marked before the removal: a removal that then fails
     /// only spares a later write the check.
-    private func markRemovedThroughMount(_ backingName: String, in dir: Node) {
-        guard let st = try? Sys.stat(backingName, in: dir.fd), st.st_nlink <= 1, let node = nodes.known(st) else { return }
+    private func markRemovedThroughMount(_ st: stat) {
+        guard st.st_nlink <= 1, let node = nodes.known(st) else { return }
         node.removedThroughMount.store(true, ordering: .releasing)
     }
 
@@ -236,7 +236,9 @@ extension PlainFileSystem {
             // A symlink replaced by the rename takes its long target's sidecar with it.
             let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
                 ? lastLinkTargetSidecar(new.name, in: to, keys: keys) : nil
-            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) { markRemovedThroughMount(new.name, in: to) }
+            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let st = try? Sys.stat(new.name, in: to.fd) {
+                markRemovedThroughMount(st)
+            }
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
                 to.rememberEntry(newName)

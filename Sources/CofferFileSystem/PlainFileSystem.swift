@@ -415,9 +415,17 @@ public final class PlainFileSystem: Sendable {
     /// under an alternate IV of the directory (PlainFileSystem+SplitDirectories). One
     /// stat; the backing name for a name that exists nowhere (the operation then fails).
     func existingBackingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
+        try existingEntry(name, in: dir, keys: keys).backing
+    }
+
+    /// `existingBackingName`, with the entry's stat (nil if it exists nowhere).
+    func existingEntry(_ name: [UInt8], in dir: Node, keys: Keys) throws -> (backing: BackingName, stat: stat?) {
         let backing = try backingName(name, in: dir, keys: keys)
-        guard !exists(backing.name, in: dir) else { return backing }
-        return try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) ?? backing
+        if let st = try? Sys.stat(backing.name, in: dir.fd) { return (backing, st) }
+        guard let other = try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) else {
+            return (backing, nil)
+        }
+        return (other, try? Sys.stat(other.name, in: dir.fd))
     }
 
     /// The conflict copy in `dir` that plaintext `name` shows, if there is one.

@@ -26,7 +26,9 @@ public struct ConflictName: Equatable, Sendable {
     /// last `.` (Syncthing: Go's `filepath.Ext`, so a leading dot counts too) or at the
     /// end; both are accepted here.
     public static func parse(backingName: String) -> ConflictName? {
-        guard let split = split(Array(backingName.utf8)) else { return nil }
+        // Every marker starts with '.' or ' ', which no encrypted name holds: the common
+        // case costs one pass over the name and no allocation.
+        guard backingName.utf8.contains(where: startsMarker), let split = split(Array(backingName.utf8)) else { return nil }
         let dot = split.original.lastIndex(of: dot)
         guard split.position == split.original.count || split.position == dot else { return nil }
         return split
@@ -36,7 +38,8 @@ public struct ConflictName: Equatable, Sendable {
     /// plaintext name and its markers; nil unless the markers stand exactly where
     /// `display(original:markers:)` puts them (so the mapping is one to one).
     public static func parse(plaintext: [UInt8]) -> ConflictName? {
-        guard let split = split(plaintext), split.position == insertionPoint(in: split.original) else { return nil }
+        guard plaintext.contains(where: startsMarker), let split = split(plaintext),
+              split.position == insertionPoint(in: split.original) else { return nil }
         return split
     }
 
@@ -60,6 +63,9 @@ public struct ConflictName: Equatable, Sendable {
 
     private static let dot = UInt8(ascii: ".")
 
+    /// The bytes a marker starts with.
+    private static func startsMarker(_ c: UInt8) -> Bool { c == UInt8(ascii: ".") || c == UInt8(ascii: " ") }
+
     private static func insertionPoint(in name: [UInt8]) -> Int {
         if let dot = name.lastIndex(of: dot), dot > 0 { return dot }
         return name.count
@@ -71,7 +77,7 @@ public struct ConflictName: Equatable, Sendable {
         var end = 0
         var i = 0
         while i < name.count {
-            guard let length = markerLength(name, at: i) else { i += 1; continue }
+            guard startsMarker(name[i]), let length = markerLength(name, at: i) else { i += 1; continue }
             if let _ = start, i != end { return nil }  // a second, separate run: ambiguous
             if start == nil { start = i }
             end = i + length
@@ -88,13 +94,14 @@ public struct ConflictName: Equatable, Sendable {
         syncthingMarker(name, at: i) ?? parenthesisedMarker(name, at: i)
     }
 
+    private static let syncthingPrefix = Array(".sync-conflict-".utf8)
+
     /// `.sync-conflict-YYYYMMDD-HHMMSS-XXXXXXX` (the last part: the first 7 characters
     /// of the device ID that made the change).
     private static func syncthingMarker(_ name: [UInt8], at i: Int) -> Int? {
-        let prefix = Array(".sync-conflict-".utf8)
-        let length = prefix.count + 8 + 1 + 6 + 1 + 7
-        guard i + length <= name.count, Array(name[i..<i + prefix.count]) == prefix else { return nil }
-        let rest = Array(name[(i + prefix.count)..<(i + length)])
+        let length = syncthingPrefix.count + 8 + 1 + 6 + 1 + 7
+        guard i + length <= name.count, name[i..<i + syncthingPrefix.count].elementsEqual(syncthingPrefix) else { return nil }
+        let rest = Array(name[(i + syncthingPrefix.count)..<(i + length)])
         let isDigit = { (c: UInt8) in c >= 0x30 && c <= 0x39 }
         let isID = { (c: UInt8) in isDigit(c) || (c >= 0x41 && c <= 0x5a) }
         guard rest[0..<8].allSatisfy(isDigit), rest[8] == UInt8(ascii: "-"), rest[9..<15].allSatisfy(isDigit),
