@@ -75,6 +75,8 @@ public enum DirectoryIV {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is missing")
         } catch let error as Errno where error.code == EINVAL {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file")
+        } catch let error as Errno where error.code == ELOOP {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) is a symlink")
         }
         guard bytes.count == NameCipher.ivSize else {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(NameCipher.ivSize)")

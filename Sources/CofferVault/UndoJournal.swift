@@ -164,6 +164,8 @@ public final class UndoJournal: Sendable {
             return try FileDescriptor.openRegular(fileName, in: directory, flags: readOnly ? O_RDONLY : O_RDWR | O_CREAT, mode: 0o600)
         } catch let error as Errno where error.code == EINVAL {
             throw VaultError.journalDamaged(reason: "\(fileName) is not a regular file")
+        } catch let error as Errno where error.code == ELOOP {
+            throw VaultError.journalDamaged(reason: "\(fileName) is a symlink")
         }
     }
 

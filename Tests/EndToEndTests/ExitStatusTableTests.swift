@@ -59,6 +59,19 @@ final class ExitStatusTableTests: EndToEndCase {
         }
     }
 
+    /// A symlinked IV file is damage, reported with a log line naming the directory,
+    /// not a bare ELOOP.
+    func testASymlinkedDirectoryIVIsReportedAsDamage() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d"), "mkdir")
+        let ino = vault.sh("stat -c %i d").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        vault.unmount()
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && d=$(find . -maxdepth 1 -inum \(ino)) && mv \"$d/coffer.diriv\" iv.elsewhere && ln -s ../iv.elsewhere \"$d/coffer.diriv\""), "plant")
+        vault.mount()
+        XCTAssertTrue(vault.sh("ls d").stderr.contains("Input/output error"))
+        XCTAssertTrue(vault.log.contains("damage: /d") && vault.log.contains("coffer.diriv is a symlink"), vault.log)
+    }
+
     func testAnotherUsersLockIsRefusedAs28() {
         let vault = mountedVault()
         chmod(scratch.path, 0o755)  // nobody reaches the mountpoint, not the vault
