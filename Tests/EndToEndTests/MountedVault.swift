@@ -74,6 +74,13 @@ final class MountedVault {
         Harness.run([Harness.coffer, "fsck", "--passfile", passfile, "--state-dir", stateDir] + extra + [cipherdir])
     }
 
+    /// The backing path of mount entry `name` (while mounted): found by its inode number,
+    /// which the mount shows as the backing file system's.
+    func backingPath(of name: String) -> String {
+        let inode = sh("stat -c %i '\(name)'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        return Harness.sh("find '\(cipherdir)' -inum \(inode) | head -1").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     /// Runs a bash script in the mountpoint (`$M`), with `$C` the cipherdir.
     @discardableResult
     func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {
