@@ -41,18 +41,18 @@ extension PlainFileSystem {
         let iv = try reportingDamage(dir) { try dir.directoryIV() }
         var renamed: [[UInt8]] = []
         for alternate in alternates {
-            var movedLongNames: [String] = []
+            var moved: [String] = []
             for entry in try Sys.readDirectory(dir.fd) where !NameTransform.isReserved(entry.name) {
                 // Entries already under the directory's IV stay.
                 if (try? keys.codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir.fd)) != nil { continue }
                 guard let name = try? keys.codecs.names.plaintextName(ofBacking: entry.name, dirIV: alternate.iv, in: dir.fd) else { continue }
                 let shown = try moveUnderDirectoryIV(entry.name, plaintext: name, in: dir, iv: iv, keys: keys)
-                movedLongNames.append(entry.name)
+                moved.append(entry.name)
                 renamed.append(name)
                 if shown != name { renamed.append(shown) }
             }
-            // Old sidecars go last: a conflict copy of a long name reads the original's.
-            for old in movedLongNames { NameTransform.removeSidecar(ofEntry: old, in: dir.fd) }
+            // Old long names' sidecars go last: a conflict copy of a long name reads the original's.
+            for old in moved { NameTransform.removeSidecar(ofEntry: old, in: dir.fd) }
             try Sys.unlink(alternate.name, in: dir.fd)
             logger.notice("settled a directory made on two machines (backing inode \(dir.ino)): its names are now all under one IV")
         }

@@ -25,7 +25,8 @@ enum StateDirectory {
         } else if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
             base = state + "/coffer"
         } else {
-            base = (environment["HOME"] ?? String(cString: getpwuid(uid).pointee.pw_dir)) + "/.local/state/coffer"
+            let home = environment["HOME"] ?? getpwuid(uid).map { String(cString: $0.pointee.pw_dir) } ?? "/nonexistent"
+            base = home + "/.local/state/coffer"
         }
         // The parents are made as `mkdir -p` would, private; only coffer's own are checked.
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true,
