@@ -1,7 +1,8 @@
 // LiveDaemons finds the coffer daemons serving a vault by the vault itself — the processes
 // holding its backing directory open (every daemon does: its root handle and its claim)
 // — and their control sockets, whatever fsname, socket path or owner a mount was given.
-// A user sees their own processes; root sees every user's.
+// A user sees their own processes; root sees every user's. Also: waiting for a daemon to
+// end (unmount), and ending one (wipe).
 import CofferSystem
 import Foundation
 import Glibc
@@ -35,6 +36,34 @@ enum LiveDaemons {
             }
             return holds ? Daemon(pid: pid, socket: socket) : nil
         }
+    }
+
+    /// Waits up to `seconds` until the process `pid` that started at `startedAt` has
+    /// exited (or is a zombie); true if it has.
+    @discardableResult
+    static func waitForExit(_ pid: pid_t, startedAt: String, seconds: Double) -> Bool {
+        for _ in 0..<Int(seconds * 100) {
+            guard startTime(pid) == startedAt else { return true }
+            usleep(10_000)
+        }
+        return startTime(pid) != startedAt
+    }
+
+    /// The start time of live process `pid` (field 22 of /proc/PID/stat), which tells it
+    /// from a later process with the same number; nil once it is gone or a zombie.
+    static func startTime(_ pid: pid_t) -> String? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.range(of: ") ", options: .backwards) else { return nil }
+        let fields = stat[end.upperBound...].split(separator: " ")
+        guard fields.count > 19, fields[0] != "Z" else { return nil }
+        return String(fields[19])
+    }
+
+    /// Ends daemon `pid` with SIGTERM (it unmounts and wipes its keys) and waits up to
+    /// 10 s for it to go; true if it did.
+    static func end(_ pid: pid_t) -> Bool {
+        guard let started = startTime(pid), kill(pid, SIGTERM) == 0 else { return false }
+        return waitForExit(pid, startedAt: started, seconds: 10)
     }
 
     /// Whether process `pid` runs the coffer binary (the daemon re-executes itself).

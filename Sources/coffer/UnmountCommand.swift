@@ -28,7 +28,7 @@ struct UnmountCommand: ParsableCommand {
             // socket; a mount with --socket, or another user's, is not waited for).
             let daemon = (try? SocketPath.forMountpoint(path))
                 .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 2).status?.pid }
-                .flatMap { pid in Self.startTime(pid_t(pid)).map { (pid_t(pid), $0) } }
+                .flatMap { pid in LiveDaemons.startTime(pid_t(pid)).map { (pid_t(pid), $0) } }
             let (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
             guard clinux_term_signal(status) == 0 && clinux_exit_status(status) == 0 else {
                 if text.contains("busy") || text.contains("Device or resource busy") {
@@ -36,26 +36,7 @@ struct UnmountCommand: ParsableCommand {
                 }
                 throw CommandFailure(status: .failure, message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
             }
-            if let (pid, started) = daemon { Self.waitForExit(pid, startedAt: started) }
+            if let (pid, started) = daemon { LiveDaemons.waitForExit(pid, startedAt: started, seconds: 30) }
         }
-    }
-
-    /// Waits (up to 30 s: a daemon making its last writes durable on a busy disk) until
-    /// the process `pid` that started at `startedAt` has exited (or is a zombie).
-    private static func waitForExit(_ pid: pid_t, startedAt: String) {
-        for _ in 0..<3000 {
-            guard startTime(pid) == startedAt else { return }
-            usleep(10_000)
-        }
-    }
-
-    /// The start time of live process `pid` (field 22 of /proc/PID/stat), which tells it
-    /// from a later process with the same number; nil once it is gone or a zombie.
-    private static func startTime(_ pid: pid_t) -> String? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let end = stat.range(of: ") ", options: .backwards) else { return nil }
-        let fields = stat[end.upperBound...].split(separator: " ")
-        guard fields.count > 19, fields[0] != "Z" else { return nil }
-        return String(fields[19])
     }
 }

@@ -154,19 +154,6 @@ struct FsckCommand: ParsableCommand {
     }
 }
 
-extension WipeCommand {
-    /// Ends daemon `pid` with SIGTERM and waits up to 10 s for it to go; true if it did.
-    static func end(_ pid: pid_t) -> Bool {
-        guard kill(pid, SIGTERM) == 0 else { return false }
-        for _ in 0..<1000 {
-            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-            if stat.isEmpty || stat.contains(") Z ") { return true }
-            usleep(10_000)
-        }
-        return false
-    }
-}
-
 struct WipeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "wipe",
@@ -197,7 +184,7 @@ struct WipeCommand: ParsableCommand {
             var untouched: [String] = []
             for daemon in LiveDaemons.serving(vault.root.rawValue) {
                 let locked = daemon.socket.flatMap { try? ControlClient.send(ControlRequest(op: .lock), to: $0) }?.ok ?? false
-                if locked || Self.end(daemon.pid) { continue }
+                if locked || LiveDaemons.end(daemon.pid) { continue }
                 untouched.append("pid \(daemon.pid)\(daemon.socket.map { " (socket \($0))" } ?? "")")
             }
             print("Wiped \(vault.path): its key slots are destroyed.")
