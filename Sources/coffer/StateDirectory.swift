@@ -11,11 +11,13 @@ import Glibc
 
 enum StateDirectory {
     /// The state directory of `vault` (opened at its canonical path `cipherdir`), created
-    /// 0700 and verified; `given` (--state-dir) replaces the default.
-    static func forVault(_ vault: Vault, at cipherdir: String, given: String? = nil,
-                         environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String {
+    /// 0700 and verified; `given` (--state-dir) replaces the default. With `create` false
+    /// (a look that writes nothing: fsck), nil where it does not exist.
+    static func forVault(_ vault: Vault, at cipherdir: String, given: String? = nil, create: Bool = true,
+                         environment: [String: String] = ProcessInfo.processInfo.environment) throws -> String? {
         let uid = geteuid()
         if let given {
+            guard create || FileManager.default.fileExists(atPath: given) else { return nil }
             try SocketPath.ensurePrivateDirectory(given, uid: uid, purpose: "the vault's state")
             return given
         }
@@ -29,10 +31,12 @@ enum StateDirectory {
             base = home + "/.local/state/coffer"
         }
         // The parents are made as `mkdir -p` would, private; only coffer's own are checked.
+        if !create && !FileManager.default.fileExists(atPath: base) { return nil }
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         try SocketPath.ensurePrivateDirectory(base, uid: uid, purpose: "the vault's state")
         let path = base + "/" + name(of: vault, at: cipherdir)
+        guard create || FileManager.default.fileExists(atPath: path) else { return nil }
         try SocketPath.ensurePrivateDirectory(path, uid: uid, purpose: "the vault's state")
         return path
     }

@@ -107,14 +107,16 @@ struct FsckCommand: ParsableCommand {
     private func undoJournal(of vault: Vault) throws -> UndoJournal? {
         let root = vault.root.rawValue
         if UndoJournal.exists(in: root) { return try UndoJournal(directory: root, readOnly: !repair) }
-        let path: String
+        let found: String?
         do {
-            path = try StateDirectory.forVault(vault, at: MountPoint.canonical(cipherdir) ?? cipherdir, given: stateDir)
+            found = try StateDirectory.forVault(vault, at: MountPoint.canonical(cipherdir) ?? cipherdir, given: stateDir,
+                                                create: repair)
         } catch where stateDir == nil {
             return nil  // no state directory could be made: a mount kept its journal in CIPHERDIR
         } catch {
             throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
         }
+        guard let path = found else { return nil }  // no mount of this vault ever kept state here
         let state = try FileDescriptor.open(path, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
         guard repair || UndoJournal.exists(in: state.rawValue) else { return nil }
         return try UndoJournal(directory: state.rawValue, data: root, readOnly: !repair)
