@@ -145,11 +145,17 @@ extension FuseSession {
     /// NUL-terminated copy it needs is zeroed afterwards (the name may be secret).
     @discardableResult
     public func invalidate(parent: UInt64, name: UnsafeBufferPointer<UInt8>) -> Int32 {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { cName in
-            defer { explicit_bzero(cName.baseAddress!, cName.count) }
-            name.withMemoryRebound(to: CChar.self) { _ = cName.initialize(from: $0) }
-            cName[name.count] = 0
-            return fuse_lowlevel_notify_inval_entry(session, parent, cName.baseAddress, name.count)
-        }
+        notifyInvalidEntry(session, parent: parent, name: name)
+    }
+}
+
+/// fuse_lowlevel_notify_inval_entry with the NUL-terminated copy of `name` it needs,
+/// zeroed afterwards (the name may be secret). For FuseSession and SessionLink.
+func notifyInvalidEntry(_ session: OpaquePointer?, parent: UInt64, name: UnsafeBufferPointer<UInt8>) -> Int32 {
+    withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { cName in
+        defer { explicit_bzero(cName.baseAddress!, cName.count) }
+        name.withMemoryRebound(to: CChar.self) { _ = cName.initialize(from: $0) }
+        cName[name.count] = 0
+        return fuse_lowlevel_notify_inval_entry(session, parent, cName.baseAddress, name.count)
     }
 }

@@ -5,7 +5,6 @@
 // there is no kernel cache of the mount, so nothing is there to invalidate, and a
 // request is rightly dropped.
 import CFuse
-import Glibc
 import Synchronization
 
 public final class SessionLink: Sendable {
@@ -41,8 +40,6 @@ public final class SessionLink: Sendable {
     /// Not from a request handler: it waits for the directory's lock.
     public func entryChanged(_ parent: UInt64, _ name: [UInt8]) {
         guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
-        var cName = name.map { CChar(bitPattern: $0) } + [0]
-        defer { explicit_bzero(&cName, cName.count) }
-        _ = fuse_lowlevel_notify_inval_entry(session, parent, cName, name.count)
+        _ = name.withUnsafeBufferPointer { notifyInvalidEntry(session, parent: parent, name: $0) }
     }
 }

@@ -23,7 +23,7 @@ extension PlainFileSystem {
     func backingNameUnderAlternateIVs(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
         for alternate in try dir.alternateIVs() {
             let backing = try keys.codecs.names.backingName(for: name, dirIV: alternate.iv)
-            if (try? Sys.stat(backing.name, in: dir.fd)) != nil { return backing }
+            if exists(backing.name, in: dir) { return backing }
         }
         return nil
     }

@@ -434,7 +434,7 @@ public final class PlainFileSystem: Sendable {
         return try keys.codecs.names.conflictCopyName(for: name, dirIV: iv) { exists($0, in: dir) }
     }
 
-    private func exists(_ backingName: String, in dir: Node) -> Bool {
+    func exists(_ backingName: String, in dir: Node) -> Bool {
         (try? Sys.stat(backingName, in: dir.fd)) != nil
     }
 

@@ -34,6 +34,13 @@ public struct ConflictName: Equatable, Sendable {
         return split
     }
 
+    /// Whether backing name `backingName` is a conflict copy of coffer's own file
+    /// `original` (`coffer.diriv`, `coffer.conf`): `coffer<marker>.diriv` and the like.
+    public static func isCopy(_ backingName: String, of original: String) -> Bool {
+        backingName != original && backingName.hasPrefix("coffer")
+            && parse(backingName: backingName)?.original == Array(original.utf8)
+    }
+
     /// A plaintext name that coffer shows for a conflict copy, split into the original
     /// plaintext name and its markers; nil unless the markers stand exactly where
     /// `display(original:markers:)` puts them (so the mapping is one to one).

@@ -51,10 +51,7 @@ public enum DirectoryIV {
     /// Whether backing entry `name` is a sync engine's conflict copy of the IV file: the
     /// directory was made on two machines, and the names each made are encrypted under
     /// its own IV (FORMAT.md §5).
-    public static func isConflictCopy(_ name: String) -> Bool {
-        guard name != fileName, name.hasPrefix("coffer"), let copy = ConflictName.parse(backingName: name) else { return false }
-        return copy.original == Array(fileName.utf8)
-    }
+    public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
 
     /// The IVs of the conflict copies of `dir`'s IV file, by name (one listing of `dir`).
     /// A copy that is not a valid IV is left out.

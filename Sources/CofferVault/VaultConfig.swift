@@ -10,10 +10,7 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     public static let fileName = "coffer.conf"
 
     /// Whether backing entry `name` is a sync engine's conflict copy of the config.
-    public static func isConflictCopy(_ name: String) -> Bool {
-        name != fileName && name.hasPrefix("coffer")
-            && ConflictName.parse(backingName: name)?.original == Array(fileName.utf8)
-    }
+    public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
     /// The newest format version this build writes (docs/FORMAT.md).
     public static let currentFormat = 3
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
