@@ -35,6 +35,8 @@ public final class Vault: Sendable {
             return try FileDescriptor.open(path, flags: O_RDONLY | O_DIRECTORY)
         } catch let error as Errno where error.code == ENOTDIR || error.code == ENOENT {
             throw VaultError.notADirectory(path: path)
+        } catch let error as Errno where error.code == ENAMETOOLONG {
+            throw VaultError.pathTooLong(path: path)
         }
     }
 

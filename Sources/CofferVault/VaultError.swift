@@ -1,5 +1,6 @@
 // VaultError lists every way the backing directory can be unusable or damaged.
 import CofferCrypto
+import CofferSystem
 
 /// What was too long in a `tooLong` error.
 public enum TooLongItem: String, Sendable {
@@ -59,6 +60,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case metadataDamaged(what: String)
     /// The undo journal (coffer.journal) is not a file coffer can use.
     case journalDamaged(reason: String)
+    /// A directory argument's path is longer than Linux allows (ENAMETOOLONG).
+    case pathTooLong(path: String)
 
     public var description: String {
         switch self {
@@ -77,6 +80,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot"
         case .directoryNotEmpty(let path): return "\(path) is not empty"
         case .notADirectory(let path): return "\(path) is not a directory"
+        case .pathTooLong(let path): return "\(PathText.elided(path)) is too long a path (\(path.utf8.count) bytes; Linux allows \(PathText.maximum), and 255 per name)"
         case .fileHeaderDamaged(let reason): return "file header damaged: \(reason)"
         case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block"
         case .blockDamaged(let index): return "block \(index) failed authentication"

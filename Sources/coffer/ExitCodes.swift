@@ -71,9 +71,12 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case logFileRefused = 42
     /// The --extpass command could not be started, failed, or was killed.
     case extpassFailed = 43
-    /// The vault's state directory (--state-dir or the default) cannot be made, or is
-    /// not private to the user.
+    /// The vault's state directory (--state-dir or the default) cannot be made, is not
+    /// private to the user, or holds an undo journal that is not a regular file.
     case stateDirectoryUnusable = 44
+    /// The daemon stayed busy (a flood of connections to its socket) for as long as the
+    /// command retried; nothing was done.
+    case daemonBusy = 45
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

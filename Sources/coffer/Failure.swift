@@ -21,7 +21,8 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         switch error {
         case .notAVault: status = .notAVault
         case .alreadyMounted: status = .alreadyMounted
-        case .notADirectory: status = .notADirectory
+        case .notADirectory, .pathTooLong: status = .notADirectory
+        case .journalDamaged: status = .stateDirectoryUnusable
         case .directoryNotEmpty: status = .notEmpty
         case .configMalformed, .configDamaged, .missingKeySlot: status = .configDamaged
         case .unsupportedFormat, .unsupportedParameter: status = .unsupported

@@ -18,7 +18,7 @@ struct MountTarget: ParsableArguments {
     func socketPath() throws -> String {
         if let socket { return socket }
         guard let canonical = MountPoint.canonical(mountpoint) else {
-            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(mountpoint) does not exist")
+            throw MountPoint.missing(mountpoint)
         }
         do {
             return try SocketPath.forMountpoint(canonical)
@@ -76,6 +76,8 @@ struct MountTarget: ParsableArguments {
             case ControlError.throttled: status = .retryLater
             case ControlError.wiped: status = .vaultWiped
             case ControlError.configDamaged: status = .configDamaged
+            case ControlError.busy:
+                throw CommandFailure(status: .daemonBusy, message: "the daemon for \(mountpoint) stayed busy for 10 s (a flood of connections to its control socket); nothing was done, try again")
             case ControlError.permissionDenied, ControlError.malformed, ControlError.unsupportedVersion,
                  ControlError.unknownOperation, ControlError.tooLarge:
                 status = .requestRefused

@@ -55,11 +55,19 @@ enum MountPoint {
         mounts().last { $0.path == canonicalPath }
     }
 
+    /// The failure of a MOUNTPOINT argument that does not resolve: missing, or too long.
+    static func missing(_ path: String) -> CommandFailure {
+        if PathText.isTooLong(path) {
+            return CommandFailure(status: .mountpointMissing, message: "mountpoint \(PathText.elided(path)) is too long a path (\(path.utf8.count) bytes; Linux allows \(PathText.maximum), and 255 per name)")
+        }
+        return CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) does not exist")
+    }
+
     /// Throws the failure a user should see if `path` cannot be mounted on.
     static func checkUsable(_ path: String) throws -> String {
         var st = stat()
         guard stat(path, &st) == 0 else {
-            if errno == ENOENT { throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) does not exist") }
+            if errno == ENOENT || errno == ENAMETOOLONG { throw missing(path) }
             if errno == ENOTCONN {
                 throw CommandFailure(status: .mountpointBusy,
                                      message: "mountpoint \(path) is a mount whose daemon died; run fusermount3 -u \(path) first")

@@ -18,7 +18,7 @@ struct UnmountCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             guard let path = MountPoint.canonical(mountpoint) else {
-                throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(mountpoint) does not exist")
+                throw MountPoint.missing(mountpoint)
             }
             guard let mount = MountPoint.isMounted(path),
                   mount.type == "fuse.coffer" else {

@@ -80,4 +80,57 @@ final class ExitStatusTableTests: EndToEndCase {
         XCTAssertTrue(r.stderr.contains("uid 0's mount"), r.stderr)
         XCTAssertTrue(Harness.run([Harness.coffer, "status", vault.mountpoint]).stdout.contains("unlocked"))
     }
+
+    /// A path longer than Linux takes is a directory argument that cannot be one (10), or
+    /// a mountpoint that cannot exist (30), said in one line that does not repeat 5,000 bytes.
+    func testAPathTooLongForLinuxIsSaidSo() {
+        let long = scratch.path + "/" + String(repeating: String(repeating: "a", count: 250) + "/", count: 20)
+        for (command, status) in [(["info", long], 10), (["mount", long, scratch.path], 10), (["lock", long], 30), (["unmount", long], 30)] {
+            let r = Harness.run([Harness.coffer] + command)
+            XCTAssertEqual(r.status, Int32(status), "\(command[0]): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
+            XCTAssertTrue(r.stderr.contains("too long a path") && r.stderr.utf8.count < 300, r.stderr)
+        }
+    }
+
+    /// An undo journal that is not a regular file (a FIFO, a symlink) makes the state
+    /// directory unusable: 44, and the mount does not come up.
+    func testAJournalThatIsNotARegularFileIsAnUnusableStateDirectory() {
+        for plant in ["mkfifo coffer.journal", "ln -s /etc/passwd coffer.journal"] {
+            let vault = MountedVault(scratch: scratch, name: "j\(plant.count)")
+            assertOK(Harness.sh("mkdir -m 700 '\(vault.stateDir)' && cd '\(vault.stateDir)' && \(plant)"), plant)
+            let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "--state-dir", vault.stateDir, vault.cipherdir, vault.mountpoint])
+            XCTAssertEqual(r.status, 44, "\(plant): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
+            XCTAssertTrue(r.stderr.contains("coffer.journal"), r.stderr)
+            XCTAssertFalse(vault.isMounted)
+        }
+    }
+
+    /// A daemon that answers every request with `busy` (here a stand-in that does only
+    /// that) is retried for 10 s, then the command exits 45 in one line.
+    func testADaemonThatStaysBusyExits45() throws {
+        let socket = scratch.path + "/busy.sock"
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        server.arguments = ["-c", """
+            import json, socket, struct, sys
+            s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(64)
+            body = json.dumps({"version": 1, "ok": False, "error": "busy", "message": "the daemon is busy; try again"}).encode()
+            while True:
+                c, _ = s.accept()
+                try:
+                    n = struct.unpack(">I", c.recv(4))[0]; c.recv(n); c.sendall(struct.pack(">I", len(body)) + body)
+                except OSError:
+                    pass
+                c.close()
+            """, socket]
+        try server.run()
+        defer { server.terminate(); server.waitUntilExit() }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { usleep(20_000) }
+        let r = Harness.run([Harness.coffer, "status", "--socket", socket, scratch.path])
+        XCTAssertEqual(r.status, 45, r.stderr)
+        XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
+        XCTAssertTrue(r.stderr.contains("stayed busy"), r.stderr)
+    }
 }
