@@ -99,8 +99,9 @@ extension PlainFileSystem {
             }
             let entry = try enter(new.name, in: dir, plainName: name)
             do {
+                // A file this call made is empty: O_TRUNC matters only for one that was there.
                 let handle = try openHandle(nodes.node(entry.node), fd: fd, flags: backingFlags, writable: writable,
-                                            truncate: flags & O_TRUNC != 0, keys: keys)
+                                            truncate: flags & O_TRUNC != 0 && !created, keys: keys)
                 return (entry, handle)
             } catch {
                 // The kernel never sees this entry: drop the lookup it would have held.
