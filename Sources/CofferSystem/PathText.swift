@@ -11,6 +11,11 @@ public enum PathText {
         path.utf8.count >= Int(PATH_MAX) || path.split(separator: "/").contains { $0.utf8.count > Int(NAME_MAX) }
     }
 
+    /// The one line that says `path` is too long, naming it by its two ends.
+    public static func tooLong(_ path: String) -> String {
+        "\(elided(path)) is too long a path (\(path.utf8.count) bytes; Linux allows \(maximum), and \(NAME_MAX) per name)"
+    }
+
     /// `path` itself, or its first and last 40 characters around "…" when it is longer than 100.
     public static func elided(_ path: String) -> String {
         guard path.count > 100 else { return path }

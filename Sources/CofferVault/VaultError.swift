@@ -80,7 +80,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot"
         case .directoryNotEmpty(let path): return "\(path) is not empty"
         case .notADirectory(let path): return "\(path) is not a directory"
-        case .pathTooLong(let path): return "\(PathText.elided(path)) is too long a path (\(path.utf8.count) bytes; Linux allows \(PathText.maximum), and 255 per name)"
+        case .pathTooLong(let path): return PathText.tooLong(path)
         case .fileHeaderDamaged(let reason): return "file header damaged: \(reason)"
         case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block"
         case .blockDamaged(let index): return "block \(index) failed authentication"

@@ -34,7 +34,10 @@ struct MountTarget: ParsableArguments {
         var pause: useconds_t = 5_000, waited: useconds_t = 0
         while true {
             let response = try sendOnce(request, secret: secret)
-            guard response.error == ControlError.busy, waited < 10_000_000 else { return try checked(response) }
+            guard response.error == ControlError.busy else { return try checked(response) }
+            guard waited < 10_000_000 else {
+                throw CommandFailure(status: .daemonBusy, message: "the daemon for \(mountpoint) stayed busy for 10 s (a flood of connections to its control socket); nothing was done, try again")
+            }
             usleep(pause)
             waited += pause
             pause = min(pause * 2, 200_000)
@@ -76,8 +79,6 @@ struct MountTarget: ParsableArguments {
             case ControlError.throttled: status = .retryLater
             case ControlError.wiped: status = .vaultWiped
             case ControlError.configDamaged: status = .configDamaged
-            case ControlError.busy:
-                throw CommandFailure(status: .daemonBusy, message: "the daemon for \(mountpoint) stayed busy for 10 s (a flood of connections to its control socket); nothing was done, try again")
             case ControlError.permissionDenied, ControlError.malformed, ControlError.unsupportedVersion,
                  ControlError.unknownOperation, ControlError.tooLarge:
                 status = .requestRefused

@@ -58,7 +58,7 @@ enum MountPoint {
     /// The failure of a MOUNTPOINT argument that does not resolve: missing, or too long.
     static func missing(_ path: String) -> CommandFailure {
         if PathText.isTooLong(path) {
-            return CommandFailure(status: .mountpointMissing, message: "mountpoint \(PathText.elided(path)) is too long a path (\(path.utf8.count) bytes; Linux allows \(PathText.maximum), and 255 per name)")
+            return CommandFailure(status: .mountpointMissing, message: "mountpoint " + PathText.tooLong(path))
         }
         return CommandFailure(status: .mountpointMissing, message: "mountpoint \(path) does not exist")
     }
