@@ -284,14 +284,16 @@ public struct ContentFile {
         undo.slots += slots.map { (BlockLayout.cipherOffset(block: $0.index), $0.bytes) }
 
         let write = { try Sys.writeFully(self.fd, UnsafeRawBufferPointer(sealed), at: start) }
+        // Blocks that keep bytes they may have held at the last fsync.
+        let keepingDurable = kept.map(\.index).filter { safety?.volatile.contains($0) == false }
         if let safety, !slots.isEmpty {
             let records = slots.map { slot -> UndoJournal.Record in
                 let at = Int(BlockLayout.cipherOffset(block: slot.index) - start)
                 return UndoJournal.Record(fileID: id, block: slot.index, oldLength: slot.length,
                                           newNonce: Array(sealed[at..<at + ContentCipher.nonceSize]), sealed: slot.bytes)
             }
-            // A block not written since the last fsync may hold fsynced bytes: its
-            // record must be on the disk before the slot is touched.
+            // A block not known to be volatile may hold fsynced bytes: its record must
+            // be on the disk before the slot is touched.
             let durable = slots.contains { !safety.volatile.contains($0.index) }
             try safety.journal.rewriting {
                 try safety.journal.append(records, durable: durable)
@@ -301,7 +303,15 @@ public struct ContentFile {
             try write()
         }
         if let safety {
-            if safety.synchronous { safety.volatile.remove(firstBlock...lastBlock) } else { safety.volatile.insert(firstBlock...lastBlock) }
+            if safety.synchronous {
+                safety.volatile.remove(firstBlock...lastBlock)
+            } else {
+                // A block keeping bytes it may have held at the last fsync still holds them:
+                // it stays durable, and so does the record of its next rewrite (a ring
+                // record lost in a cut would leave that rewrite's tear matching no record).
+                safety.volatile.insert(firstBlock...lastBlock)
+                for block in keepingDurable { safety.volatile.remove(block...block) }
+            }
         }
     }
 

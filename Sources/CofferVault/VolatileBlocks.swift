@@ -1,6 +1,7 @@
-// VolatileBlocks remembers which blocks of one backing inode were written since its
-// last fsync in this daemon: their bytes were never made durable, so rewriting them
-// needs no durable undo record (UndoJournal). Anything it does not know is durable.
+// VolatileBlocks remembers which blocks of one backing inode hold no byte an fsync may
+// have made durable: every byte in them was written since the inode's last fsync in this
+// daemon, so rewriting them needs no durable undo record (UndoJournal). Anything it does
+// not know is durable.
 import Synchronization
 
 public final class VolatileBlocks: Sendable {

@@ -58,9 +58,36 @@ final class UndoJournalTests: XCTestCase {
     }
 
     /// Issue 19, item 1 (a sqlite WAL under writeback): a 24-byte write to a synced block
-    /// takes a durable record; a page write to the same block then takes a ring record;
-    /// the cut leaves the newest slot cut short and the ring record half written. The
-    /// durable record before it puts the synced bytes back.
+    /// takes a durable record, and so does the page write after it, since the block still
+    /// holds the synced bytes. The cut loses every ring record and leaves the newest slot
+    /// cut short: the page write's own record puts the block back.
+    func testEveryRewriteOfABlockKeepingFsyncedBytesIsDurable() throws {
+        let journal = try UndoJournal(directory: dir.fd)
+        let volatile = VolatileBlocks()
+        let fd = dir.openFile("wal")
+        defer { close(fd) }
+        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
+        let synced = Sodium.randomArray(count: 3880)
+        try write(f, synced, at: 0)
+        volatile.removeAll()  // fsync
+        let header = Sodium.randomArray(count: 24)
+        try write(f, header, at: 3880)                            // the frame header
+        try write(f, Sodium.randomArray(count: 100), at: 3904)    // the page
+        let ring = UndoJournal.ringSlots * UndoJournal.recordSize
+        XCTAssertEqual(journalSize, ring + 2 * UndoJournal.recordSize, "two durable records")
+        try [UInt8](repeating: 0, count: ring).withUnsafeBytes { try Sys.writeFully(journal.fileDescriptorForTests, $0, at: 0) }
+        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904))  // the newest slot cut short
+        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
+        let restarted = try UndoJournal(directory: dir.fd)
+        let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
+        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher).tornBlocks(records, repair: true), [0])
+        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher)) == synced + header, "every fsynced byte is back")
+    }
+
+    /// A block holding synced bytes is overwritten whole (a durable record, as the block
+    /// has one), then in part (a ring record: the block now holds only new bytes). The
+    /// cut leaves the newest slot cut short and its ring record half written: the durable
+    /// record before it puts the block back.
     func testWhenTheNewestRecordIsTornTheDurableOneBeforeItPutsTheBlockBack() throws {
         let journal = try UndoJournal(directory: dir.fd)
         let volatile = VolatileBlocks()
@@ -70,17 +97,20 @@ final class UndoJournalTests: XCTestCase {
         let synced = Sodium.randomArray(count: 3880)
         try write(f, synced, at: 0)
         volatile.removeAll()  // fsync
-        try write(f, Sodium.randomArray(count: 24), at: 3880)     // the frame header: a durable record
-        try write(f, Sodium.randomArray(count: 1000), at: 3904)   // the page: a ring record (slot 0)
-        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904))  // the newest slot cut short
-        let torn = Sodium.randomArray(count: 64)                   // the ring record's old slot half written
+        let header = Sodium.randomArray(count: 24)
+        try write(f, header, at: 3880)                                   // durable record
+        try write(f, Sodium.randomArray(count: 4096), at: 0)             // durable record
+        XCTAssertEqual(journalSize, UndoJournal.ringSlots * UndoJournal.recordSize + 2 * UndoJournal.recordSize)
+        try write(f, Sodium.randomArray(count: 1000), at: 100)           // ring record (slot 0)
+        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904)) // the newest slot cut short
+        let torn = Sodium.randomArray(count: 64)                          // the ring record's old slot half written
         try torn.withUnsafeBytes { try Sys.writeFully(journal.fileDescriptorForTests, $0, at: Int64(UndoJournal.headerSize + 64)) }
         XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
         let restarted = try UndoJournal(directory: dir.fd)
         let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
-        XCTAssertEqual(records[0]?.count, 2, "both records of the block are kept")
+        XCTAssertEqual(records[0]?.count, 3, "every record of the block is kept")
         XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher).tornBlocks(records, repair: true), [0])
-        XCTAssertEqual(try readAll(ContentFile(fd: fd, cipher: cipher)), synced, "every fsynced byte is back")
+        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher)) == synced + header, "every fsynced byte is back")
     }
 
     func testTheRecoveryPlanTriesRecordsNewestFirstAlongTheirChain() {
