@@ -233,12 +233,16 @@ enum FuseOperations {
 
     static func write(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ data: UnsafePointer<CChar>?, _ size: Int, _ offset: off_t,
                       _ fi: UnsafeMutablePointer<fuse_file_info>?) {
-        // The plaintext stays in libfuse's request buffer until the next request
-        // overwrites it: zero it once it is sealed.
-        defer { if let data { explicit_bzero(UnsafeMutableRawPointer(mutating: data), size) } }
         replying(req) {
-            let n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
+            let n: Int
+            do {
+                // The plaintext stays in the request buffer until the next request
+                // overwrites it: zeroed once sealed, and before the reply, which over
+                // io_uring goes into that same buffer (UringTransport).
+                defer { if let data { explicit_bzero(UnsafeMutableRawPointer(mutating: data), size) } }
+                n = try fs(req).write(fi!.pointee.fh, UnsafeRawBufferPointer(start: data, count: size), at: Int64(offset),
                                       caller: caller(req))
+            }
             fuse_reply_write(req, n)
         }
     }
