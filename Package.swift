@@ -37,7 +37,7 @@ let package = Package(
         // the key gate. FUSE-shaped (node ids, lookup counts) but imports no FUSE.
         .target(name: "CofferFileSystem", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", logging]),
         // Layer 4: the FUSE bridge — kernel requests to file-system calls, no crypto.
-        .target(name: "CofferFUSE", dependencies: ["CFuse", "CofferFileSystem", "CofferVault", "CofferSystem", logging]),
+        .target(name: "CofferFUSE", dependencies: ["CFuse", "CLinux", "CofferFileSystem", "CofferVault", "CofferSystem", logging]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
         .target(name: "CofferGate", dependencies: [
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", logging,

@@ -19,10 +19,26 @@ public final class FuseSession: @unchecked Sendable {
         public var extra: [String] = []
         /// Shown as the source in /proc/mounts.
         public var fsName = "coffer"
+        /// How requests reach the daemon.
+        public var transport = Transport.auto
+        /// Told how requests come ("io_uring" or "/dev/fuse") once the kernel's first
+        /// request has settled it.
+        public var transportSettled: @Sendable (String) -> Void = { _ in }
         public init() {}
     }
 
+    /// How requests reach the daemon: through /dev/fuse (`classic`), through FUSE over
+    /// io_uring (`uring`: the mount is refused where the kernel does not offer it), or
+    /// io_uring where offered, else /dev/fuse (`auto`).
+    public enum Transport: String, CaseIterable, Sendable {
+        case auto, uring, classic
+    }
+
+    /// Why `uring` cannot be had here, or nil.
+    public static func uringUnavailableReason() -> String? { UringTransport.unavailableReason() }
+
     private let fs: PlainFileSystem
+    private let options: Options
     private let session: OpaquePointer?
     private let mounted = Atomic<Bool>(false)
     private let link: SessionLink
@@ -31,6 +47,7 @@ public final class FuseSession: @unchecked Sendable {
     /// attributes-changed hook, and this session attaches to it.
     public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
         self.fs = fs
+        self.options = options
         self.link = link
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
@@ -78,22 +95,35 @@ public final class FuseSession: @unchecked Sendable {
         link.detach()
         if let session {
             if mounted.load(ordering: .acquiring) { fuse_session_unmount(session) }
+            SessionIO.stopRings()
             fuse_session_destroy(session)
         }
     }
 
     /// Mounts at `mountpoint` (through fusermount3 when not root) and installs handlers
-    /// that end the loop on SIGINT, SIGTERM and SIGHUP.
+    /// that end the loop on SIGINT, SIGTERM and SIGHUP. With the `auto` transport,
+    /// io_uring is asked for if this kernel serves it.
     public func mount(at mountpoint: String) throws {
+        let uring = switch options.transport {
+        case .classic: false
+        case .uring: true
+        case .auto: UringTransport.unavailableReason() == nil
+        }
         guard fuse_set_signal_handlers(session) == 0 else { throw Errno(EIO, "fuse_set_signal_handlers") }
         guard fuse_session_mount(session, mountpoint) == 0 else {
             fuse_remove_signal_handlers(session)
             throw Errno(EIO, "mount")
         }
         mounted.store(true, ordering: .releasing)
-        // Not fatal if refused: the kernel then keeps asking before writes and chowns.
-        _ = KillPrivNegotiation.install(on: session!, fd: fuse_session_fd(session))
+        // Not fatal if refused: the kernel then keeps asking before writes and chowns,
+        // and requests come through /dev/fuse.
+        _ = SessionIO.install(on: session!, fd: fuse_session_fd(session), uring: uring,
+                                settled: options.transportSettled)
     }
+
+    /// How requests reach the daemon now: "io_uring" or "/dev/fuse" (also before the
+    /// kernel's first request, which settles it).
+    public var transport: String { SessionIO.usesUring ? "io_uring" : "/dev/fuse" }
 
     /// Worker threads by default: 8, or two per core on machines with more than four.
     /// Most of a worker's time is spent waiting (for the backing disk, for the kernel),
@@ -125,6 +155,7 @@ public final class FuseSession: @unchecked Sendable {
         if mounted.exchange(false, ordering: .acquiringAndReleasing) {
             fuse_session_unmount(session)
         }
+        SessionIO.stopRings()
     }
 
     /// Tells the kernel to drop its cached pages and attributes of `node`.

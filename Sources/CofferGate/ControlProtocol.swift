@@ -98,6 +98,9 @@ public struct GateStatus: Codable, Equatable, Sendable {
     public var socket: String
     public var pid: Int32
     public var wiped: Bool
+    /// How requests reach the daemon: "io_uring" or "/dev/fuse" (nil from a daemon
+    /// older than the field).
+    public var transport: String?
 }
 
 /// What the server answers. `error` is a stable code; `message` is for people.

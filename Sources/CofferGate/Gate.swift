@@ -45,8 +45,11 @@ public final class Gate: Sendable {
     private let serial = Mutex(State())
 
     private let derive: Vault.KeyDerivation
+    /// How requests reach the daemon, for `status`.
+    private let transport: @Sendable () -> String
 
     public init(fs: PlainFileSystem, mountpoint: String, socketPath: String = "", idleLock: Int64?,
+                transport: @escaping @Sendable () -> String = { "/dev/fuse" },
                 derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess,
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
         self.fs = fs
@@ -54,6 +57,7 @@ public final class Gate: Sendable {
         self.mountpoint = mountpoint
         self.socketPath = socketPath
         self.idleLock = idleLock
+        self.transport = transport
         self.logger = logger
     }
 
@@ -176,6 +180,7 @@ public final class Gate: Sendable {
         return GateStatus(state: fs.isUnlocked ? "unlocked" : "locked", since: formatter.string(from: state.since),
                           idleSeconds: fs.idleSeconds, idleLockSeconds: idleLock, failedAttempts: state.throttle.failures,
                           retryAfter: state.throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
-                          formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped)
+                          formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
+                          transport: transport())
     }
 }

@@ -77,6 +77,9 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// The daemon stayed busy (a flood of connections to its socket) for as long as the
     /// command retried; nothing was done.
     case daemonBusy = 45
+    /// mount --transport uring: this kernel does not serve FUSE over io_uring, or this
+    /// process may not make a ring.
+    case transportUnavailable = 46
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

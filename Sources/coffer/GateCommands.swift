@@ -174,7 +174,7 @@ struct StatusCommand: ParsableCommand {
                 Mountpoint:      \(status.mountpoint)
                 Vault:           \(status.vault) (format \(status.formatVersion))
                 Control socket:  \(status.socket)
-                Daemon pid:      \(status.pid)
+                Daemon pid:      \(status.pid)\(status.transport.map { ", requests through \($0)" } ?? "")
                 """)
         }
     }

@@ -54,6 +54,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
+    @Option(name: .long, help: ArgumentHelp("How requests reach the daemon: uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), classic (/dev/fuse), or auto: uring where the kernel offers it, else classic.", valueName: "transport"))
+    var transport: FuseSession.Transport = .auto
+
     @Option(name: .long, help: ArgumentHelp("This machine's private directory for the vault's crash state (the undo journal); default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). Never inside CIPHERDIR.", valueName: "dir"))
     var stateDir: String?
 
@@ -100,6 +103,12 @@ struct MountCommand: ParsableCommand {
 
     /// The passphrase given with the mount, in this order: --passfile or --extpass, the
     /// systemd credential, standard input when it is a pipe or a file; nil for none.
+    /// With --transport uring, refuses a kernel or process that cannot have it.
+    private func checkTransport() throws {
+        guard transport == .uring, let reason = FuseSession.uringUnavailableReason() else { return }
+        throw CommandFailure(status: .transportUnavailable, message: "--transport uring: \(reason)")
+    }
+
     private func givenPassphrase() throws -> SecureBytes? {
         try source.read() ?? SystemdCredential.passphrase()
             ?? (Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
@@ -129,6 +138,7 @@ struct MountCommand: ParsableCommand {
         let vaultPath = MountPoint.canonical(cipherdir) ?? cipherdir
         try Vault.open(at: vaultPath).checkCipherAvailable()
         let target = try MountPoint.checkUsable(mountpoint)
+        try checkTransport()
         let passphrase = try givenPassphrase()
         defer { passphrase?.wipe() }
 
@@ -137,6 +147,7 @@ struct MountCommand: ParsableCommand {
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
+        if transport != .auto { arguments += ["--transport", transport.rawValue] }
         if let watchLimit { arguments += ["--watch-limit", String(watchLimit)] }
         if let stateDir { arguments += ["--state-dir", MountPoint.canonical(stateDir) ?? stateDir] }
         if allowOther { arguments.append("--allow-other") }
@@ -177,6 +188,7 @@ struct MountCommand: ParsableCommand {
         let claim = try VaultClaim(vault)
         defer { withExtendedLifetime(claim) {} }
         let target = try MountPoint.checkUsable(mountpoint)
+        try checkTransport()
         let socketPath: String
         do {
             socketPath = try socket ?? SocketPath.forMountpoint(target)
@@ -211,8 +223,16 @@ struct MountCommand: ParsableCommand {
                                      hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed,
                                                   contentChanged: link.contentChanged, entryChanged: link.entryChanged),
                                      logger: logger)
+        var options = FuseSession.Options()
+        options.allowOther = allowOther
+        options.readOnly = readOnly
+        options.extra = fuseOptions
+        options.fsName = vault.path
+        options.transport = transport
+        options.transportSettled = { logger.notice("requests come through \($0)") }
+        let session = try FuseSession(fs: fs, options: options, link: link)
         let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
-                        derive: KDFHelper.derive, logger: logger)
+                        transport: { session.transport }, derive: KDFHelper.derive, logger: logger)
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 
@@ -224,12 +244,6 @@ struct MountCommand: ParsableCommand {
         }
         defer { server.stop() }
 
-        var options = FuseSession.Options()
-        options.allowOther = allowOther
-        options.readOnly = readOnly
-        options.extra = fuseOptions
-        options.fsName = vault.path
-        let session = try FuseSession(fs: fs, options: options, link: link)
         do {
             try session.mount(at: target)
         } catch {
@@ -264,3 +278,5 @@ struct MountCommand: ParsableCommand {
         do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
     }
 }
+
+extension FuseSession.Transport: ExpressibleByArgument {}

@@ -10,6 +10,8 @@
 // some structures differently (fd_set) from the same header in Swift's Glibc module,
 // and Clang refuses the two definitions. Hence functions and constants with a
 // `clinux_` prefix, defined in CLinux.c, instead of the macros themselves.
+// uring.c adds the one Linux facility Swift cannot reach at all: io_uring (raw system
+// calls, and ordered loads and stores of the ring's shared words).
 // Nothing else belongs here.
 #ifndef COFFER_CLINUX_H
 #define COFFER_CLINUX_H
@@ -115,5 +117,34 @@ int clinux_directory_key(int fd, unsigned char *key, int capacity);
 /// Parses the event at `*offset` of the `length` bytes read into `buffer`, advances
 /// `*offset` past it and returns 1; returns 0 when no complete event is left.
 int clinux_fanotify_next(const void *buffer, size_t length, size_t *offset, struct clinux_directory_event *event);
+
+// MARK: io_uring, for FUSE's ring commands (uring.c)
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+/// One io_uring with 128-byte submission entries (FUSE's ring commands need them) and
+/// twice as many completion slots. One thread submits to it, and the kernel completes
+/// its work only inside that thread's waiting `clinux_uring_enter`.
+typedef struct clinux_uring clinux_uring;
+/// A ring of `entries` submission slots, disabled, or NULL with errno set.
+clinux_uring *clinux_uring_create(unsigned entries);
+/// Enables the ring for the calling thread, the only one to submit to it. 0 or -errno.
+int clinux_uring_enable(clinux_uring *ring);
+void clinux_uring_destroy(clinux_uring *ring);
+/// Queues FUSE ring command `command` (1: register `buffers`, two iovecs: header and
+/// payload; 2: commit the reply of `commit_id` and fetch the next request) for queue
+/// `queue` of /dev/fuse descriptor `fuse_fd`. 0, or -EBUSY when the ring is full.
+int clinux_uring_fuse_command(clinux_uring *ring, int fuse_fd, unsigned command, uint16_t queue, uint64_t commit_id,
+                              const struct iovec *buffers, uint64_t user_data);
+/// Queues a one-shot wait for `fd` to become readable. 0, or -EBUSY.
+int clinux_uring_poll_input(clinux_uring *ring, int fd, uint64_t user_data);
+/// Submits what is queued and, if `wait`, waits for that many completions (and runs the
+/// kernel's pending work for the ring); retries EINTR. The number submitted, or -errno.
+int clinux_uring_enter(clinux_uring *ring, unsigned wait);
+/// Takes the next completion: 1 with its user data and result, 0 if there is none.
+int clinux_uring_next_completion(clinux_uring *ring, uint64_t *user_data, int32_t *result);
+/// eventfd(0, EFD_CLOEXEC): what wakes a ring's thread (a poll on it completes).
+int clinux_eventfd(void);
 
 #endif

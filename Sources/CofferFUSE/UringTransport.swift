@@ -1,0 +1,330 @@
+// UringTransport serves a mounted session's requests through FUSE over io_uring
+// (Linux 6.14 and later): one ring per possible CPU, as the kernel queues requests by the
+// CPU of the caller, each served by one thread. The thread registers its entries' buffers
+// with the kernel, lays each request it receives out as /dev/fuse would have given it,
+// has libfuse dispatch it, and commits the reply together with the fetch of the next
+// request, in one system call. /dev/fuse still carries INIT, FORGET, INTERRUPT and the
+// notifications; SessionIO sends each reply the way its request came.
+//
+// A reply goes into the buffer its request came in: a handler must not touch the
+// request's bytes once it has replied (FuseOperations.write zeroes the plaintext first).
+import CFuse
+import CLinux
+import CofferSystem
+import Glibc
+import Synchronization
+
+/// Sendable, unchecked: the queues and their entries are made in init and only read
+/// afterwards; what threads share in an entry is atomic, and the rest of an entry is
+/// touched by one thread at a time, in the order its `state` gives.
+final class UringTransport: @unchecked Sendable {
+    /// Requests each CPU's queue holds at once.
+    static let depth = 8
+    /// The kernel's command numbers (enum fuse_uring_cmd).
+    private static let register: UInt32 = 1, commitAndFetch: UInt32 = 2
+    /// Offsets in an entry's header buffer (struct fuse_uring_req_header): the request's
+    /// and the reply's header, the operation's own header, the kernel's commit ID and
+    /// the payload's size.
+    private static let opHeaderOffset = 128, commitIDOffset = 264, payloadSizeOffset = 272
+    private static let inHeaderSize = MemoryLayout<fuse_in_header>.size
+    private static let outHeaderSize = MemoryLayout<fuse_out_header>.size
+    /// A completion of the queue's wake-up descriptor, not of an entry.
+    private static let wakeTag = UInt64.max
+
+    /// True if this kernel serves FUSE over io_uring (the module's switch is on) and
+    /// this process may make a ring; why not, otherwise.
+    static func unavailableReason() -> String? {
+        var flag: UInt8 = 0
+        let fd = open("/sys/module/fuse/parameters/enable_uring", O_RDONLY)
+        if fd >= 0 { _ = Glibc.read(fd, &flag, 1); close(fd) }
+        guard flag == UInt8(ascii: "Y") else {
+            return "this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring set to 1)"
+        }
+        guard let ring = clinux_uring_create(2) else { return "io_uring is refused to this process (\(String(cString: strerror(errno))))" }
+        defer { clinux_uring_destroy(ring) }
+        let enabled = clinux_uring_enable(ring)
+        return enabled == 0 ? nil : "io_uring is refused to this process (\(String(cString: strerror(-enabled))))"
+
+    }
+
+    private let session: OpaquePointer
+    private let fuseFD: Int32
+    private let queues: [Queue]
+    /// Bytes an entry's payload holds: what the kernel requires of it.
+    private let payloadCapacity: Int
+
+    /// Makes one ring per possible CPU with `depth` entries of `payloadCapacity` bytes;
+    /// nothing reaches the kernel before `start`.
+    init(session: OpaquePointer, fuseFD: Int32, payloadCapacity: Int) throws {
+        self.session = session
+        self.fuseFD = fuseFD
+        self.payloadCapacity = payloadCapacity
+        var queues: [Queue] = []
+        for index in 0..<Self.possibleCPUs() {
+            queues.append(try Queue(index: index, depth: Self.depth, payloadCapacity: payloadCapacity))
+        }
+        self.queues = queues
+    }
+
+    deinit { queues.forEach { $0.release() } }
+
+    /// The kernel makes one queue per possible CPU (not per online one).
+    private static func possibleCPUs() -> Int {
+        let fd = open("/sys/devices/system/cpu/possible", O_RDONLY)
+        guard fd >= 0 else { return Int(sysconf(Int32(_SC_NPROCESSORS_CONF))) }
+        defer { close(fd) }
+        var text = [UInt8](repeating: 0, count: 64)
+        let n = Glibc.read(fd, &text, text.count)
+        // "0-3" or "0": the highest number plus one.
+        let last = String(decoding: text.prefix(max(n, 0)), as: UTF8.self)
+            .split(whereSeparator: { $0 == "," || $0 == "-" || $0 == "\n" }).last.flatMap { Int($0) }
+        return (last ?? 0) + 1
+    }
+
+    /// Starts the queues' threads, which register their entries: call once the INIT
+    /// reply asking for io_uring has been written.
+    func start() {
+        for queue in queues { queue.start { self.serve(queue) } }
+    }
+
+    /// Ends the threads: after the unmount, whose abort of the connection ends every
+    /// entry (a thread that ended its ring while the mount lived would stall it).
+    func stop() {
+        for queue in queues { queue.stop() }
+    }
+
+    /// Takes the reply to a request that came through a ring: writes it into the
+    /// entry's buffers and has its thread commit it. Nil if no ring holds `unique`.
+    func reply(unique: UInt64, error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> Int? {
+        // A notification (unique 0) or an interrupt's reply (odd) never came through a ring.
+        guard unique != 0, unique & 1 == 0 else { return nil }
+        for queue in queues {
+            for entry in queue.entries where entry.unique.load(ordering: .acquiring) == unique {
+                guard entry.unique.compareExchange(expected: unique, desired: 0, ordering: .acquiringAndReleasing).exchanged
+                else { continue }
+                var size = 0
+                var error = error
+                for i in 1..<max(count, 1) where error == 0 {
+                    guard size + iov[i].iov_len <= payloadCapacity else { error = -EIO; break }
+                    if let base = iov[i].iov_base { (entry.payload + size).copyMemory(from: base, byteCount: iov[i].iov_len) }
+                    size += iov[i].iov_len
+                }
+                if error != 0 { size = 0 }
+                var out = fuse_out_header(len: UInt32(Self.outHeaderSize + size), error: error, unique: unique)
+                entry.header.copyMemory(from: &out, byteCount: Self.outHeaderSize)
+                entry.header.storeBytes(of: UInt32(size), toByteOffset: Self.payloadSizeOffset, as: UInt32.self)
+                entry.reply = (unique, size)
+                // Replied while its thread dispatches it: the thread commits it. Later (a
+                // reply from another thread), the thread is woken to commit it.
+                if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.replied,
+                                                ordering: .acquiringAndReleasing).exchanged {
+                    entry.state.store(Entry.idle, ordering: .releasing)
+                    queue.commitLater(entry.index)
+                }
+                return Self.outHeaderSize + size
+            }
+        }
+        return nil
+    }
+
+    /// The thread of `queue`: the only one that submits to its ring (the kernel copies
+    /// each request in the context of the thread that submitted its entry).
+    private func serve(_ queue: Queue) {
+        guard clinux_uring_enable(queue.ring) == 0 else { return }
+        for entry in queue.entries { submit(queue, Self.register, entry) }
+        submitWake(queue)
+        var live = queue.entries.count
+        var stopping = false
+        while live > 0 && !stopping {
+            if !queue.committed.isEmpty {
+                // The kernel takes each reply while its commit is submitted: then the
+                // reply's bytes are wiped before the thread waits, so that no file
+                // contents stay in an idle entry (a lock must leave none in memory).
+                if clinux_uring_enter(queue.ring, 0) < 0 { break }
+                queue.committed.forEach(scrub)
+                queue.committed.removeAll(keepingCapacity: true)
+            }
+            if clinux_uring_enter(queue.ring, 1) < 0 { break }
+            var tag: UInt64 = 0
+            var result: Int32 = 0
+            while clinux_uring_next_completion(queue.ring, &tag, &result) == 1 {
+                if tag == Self.wakeTag {
+                    var count: UInt64 = 0
+                    _ = Glibc.read(queue.wake, &count, 8)
+                    stopping = queue.stopping.load(ordering: .acquiring)
+                    for index in queue.takeCommits() { submit(queue, Self.commitAndFetch, queue.entries[index]) }
+                    if !stopping { submitWake(queue) }
+                    continue
+                }
+                let entry = queue.entries[Int(tag)]
+                switch result {
+                case 0:
+                    dispatch(queue, entry)
+                case -EAGAIN, -EINTR:
+                    // A register before the kernel finished INIT: again.
+                    submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
+                default:
+                    // -ENOTCONN, -ECONNABORTED: the mount went away. Anything else ends
+                    // the entry too; the kernel then serves with the ones left.
+                    live -= 1
+                }
+            }
+        }
+    }
+
+    /// Wipes what is left of `entry`'s last reply once the kernel has taken it: all of
+    /// it, or, if the kernel has already put the next request in (its header then holds
+    /// another unique), the part beyond that request. The kernel writes into an entry
+    /// only inside this thread's waiting enter (DEFER_TASKRUN), so nothing races this.
+    private func scrub(_ entry: Entry) {
+        let (unique, size) = entry.reply
+        entry.reply = (0, 0)
+        guard size > 0 else { return }
+        let next = entry.header.load(fromByteOffset: 8, as: UInt64.self) == unique ? 0
+            : min(size, Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self)))
+        if next < size { explicit_bzero(entry.payload + next, size - next) }
+    }
+
+    /// Lays the request in `entry` out as /dev/fuse would have given it — its header and
+    /// the operation's header just before the payload, in the slack the entry keeps
+    /// there — and has libfuse dispatch it; commits the reply if it came meanwhile.
+    private func dispatch(_ queue: Queue, _ entry: Entry) {
+        let header = entry.header.load(as: fuse_in_header.self)
+        let payloadSize = Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self))
+        let opSize = Int(header.len) - Self.inHeaderSize - payloadSize
+        entry.commitID = entry.header.load(fromByteOffset: Self.commitIDOffset, as: UInt64.self)
+        guard (0...128).contains(opSize), payloadSize <= payloadCapacity else {
+            // Not a request this code understands: refused, and the entry goes on.
+            var out = fuse_out_header(len: UInt32(Self.outHeaderSize), error: -EIO, unique: header.unique)
+            entry.header.copyMemory(from: &out, byteCount: Self.outHeaderSize)
+            entry.header.storeBytes(of: UInt32(0), toByteOffset: Self.payloadSizeOffset, as: UInt32.self)
+            return submit(queue, Self.commitAndFetch, entry)
+        }
+        let start = entry.payload - Self.inHeaderSize - opSize
+        (start + Self.inHeaderSize).copyMemory(from: entry.header + Self.opHeaderOffset, byteCount: opSize)
+        start.copyMemory(from: entry.header, byteCount: Self.inHeaderSize)
+        entry.state.store(Entry.dispatching, ordering: .releasing)
+        entry.unique.store(header.unique, ordering: .releasing)
+        var buffer = fuse_buf(size: Int(header.len), flags: fuse_buf_flags(rawValue: 0), mem: start, fd: -1, pos: 0)
+        fuse_session_process_buf(session, &buffer)
+        if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.awaiting,
+                                        ordering: .acquiringAndReleasing).exchanged {
+            entry.state.store(Entry.idle, ordering: .releasing)
+            submit(queue, Self.commitAndFetch, entry)
+        }
+    }
+
+    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
+        if command == Self.commitAndFetch { queue.committed.append(entry) }
+        let commitID = command == Self.commitAndFetch ? entry.commitID : 0
+        let buffers = command == Self.register ? UnsafePointer(entry.iov) : nil
+        // The ring has a slot per entry and one for the wake-up: it cannot be full.
+        _ = clinux_uring_fuse_command(queue.ring, fuseFD, command, UInt16(queue.index), commitID, buffers, UInt64(entry.index))
+    }
+
+    private func submitWake(_ queue: Queue) {
+        _ = clinux_uring_poll_input(queue.ring, queue.wake, Self.wakeTag)
+    }
+}
+
+extension UringTransport {
+    /// One registered request slot: a header buffer and a payload buffer, with a page of
+    /// slack before the payload where a request is laid out whole.
+    final class Entry: @unchecked Sendable {
+        static let idle = 0, dispatching = 1, replied = 2, awaiting = 3
+        let index: Int
+        let mapping: UnsafeMutableRawBufferPointer
+        var header: UnsafeMutableRawPointer { mapping.baseAddress! }
+        var payload: UnsafeMutableRawPointer { mapping.baseAddress! + 2 * 4096 }
+        let iov: UnsafeMutablePointer<iovec>
+        /// The request the entry holds until its reply is taken, else 0.
+        let unique = Atomic<UInt64>(0)
+        let state = Atomic<Int>(Entry.idle)
+        /// What the kernel asked to be given back with the reply (its thread only).
+        var commitID: UInt64 = 0
+        /// The unique and payload size of the reply last written here, until wiped:
+        /// written by the replying thread before it hands the entry on (`state`).
+        var reply: (unique: UInt64, size: Int) = (0, 0)
+
+        init(index: Int, payloadCapacity: Int) throws {
+            self.index = index
+            let size = 2 * 4096 + payloadCapacity
+            guard let base = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED
+            else { throw Errno(errno, "mmap") }
+            mapping = UnsafeMutableRawBufferPointer(start: base, count: size)
+            iov = .allocate(capacity: 2)
+            iov[0] = iovec(iov_base: base, iov_len: 288)
+            iov[1] = iovec(iov_base: base + 2 * 4096, iov_len: payloadCapacity)
+        }
+
+        func release() {
+            // Requests passed through here: no plaintext stays in memory given back.
+            explicit_bzero(mapping.baseAddress!, mapping.count)
+            munmap(mapping.baseAddress!, mapping.count)
+            iov.deallocate()
+        }
+    }
+
+    /// One CPU's ring, its entries, its thread and what wakes it.
+    final class Queue: @unchecked Sendable {
+        let index: Int
+        let ring: OpaquePointer
+        let entries: [Entry]
+        /// An eventfd the thread always has a poll on: written to hand it commits or stop it.
+        let wake: Int32
+        let stopping = Atomic<Bool>(false)
+        /// Entries whose commit is queued and not yet scrubbed (the thread's only).
+        var committed: [Entry] = []
+        private let commits = Mutex<[Int]>([])
+        private var thread: pthread_t?
+
+        init(index: Int, depth: Int, payloadCapacity: Int) throws {
+            self.index = index
+            guard let ring = clinux_uring_create(UInt32(depth + 1)) else { throw Errno(errno, "io_uring_setup") }
+            self.ring = ring
+            wake = clinux_eventfd()
+            entries = try (0..<depth).map { try Entry(index: $0, payloadCapacity: payloadCapacity) }
+        }
+
+        func release() {
+            clinux_uring_destroy(ring)
+            close(wake)
+            entries.forEach { $0.release() }
+        }
+
+        func start(_ body: @escaping @Sendable () -> Void) {
+            let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+            var thread = pthread_t()
+            pthread_create(&thread, nil, { box in
+                let body = Unmanaged<ThreadBody>.fromOpaque(box!).takeRetainedValue()
+                body.run()
+                return nil
+            }, box)
+            self.thread = thread
+        }
+
+        func stop() {
+            guard let thread else { return }
+            stopping.store(true, ordering: .releasing)
+            var one: UInt64 = 1
+            _ = Glibc.write(wake, &one, 8)
+            pthread_join(thread, nil)
+            self.thread = nil
+        }
+
+        /// Hands the thread the commit of `entry` (its reply came from another thread).
+        func commitLater(_ entry: Int) {
+            commits.withLock { $0.append(entry) }
+            var one: UInt64 = 1
+            _ = Glibc.write(wake, &one, 8)
+        }
+
+        func takeCommits() -> [Int] { commits.withLock { commits in defer { commits = [] }; return commits } }
+    }
+
+    private final class ThreadBody: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+}
+

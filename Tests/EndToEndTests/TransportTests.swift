@@ -1,0 +1,110 @@
+// End-to-end: the transport a mount is asked for is the one it serves through — FUSE
+// over io_uring where the kernel offers it, /dev/fuse otherwise or when asked — and
+// io_uring serves data, the lock and the unmount as /dev/fuse does. Each test sets the
+// fuse module's enable_uring switch as it needs it and puts it back.
+import Foundation
+import XCTest
+
+final class TransportTests: EndToEndCase {
+    static let uringSwitch = "/sys/module/fuse/parameters/enable_uring"
+
+    /// Sets the switch for the rest of the test, or skips (saying why) on a kernel
+    /// without FUSE over io_uring.
+    func setUringSwitch(_ on: Bool) throws {
+        guard let before = try? String(contentsOfFile: Self.uringSwitch, encoding: .utf8) else {
+            throw XCTSkip("this kernel has no FUSE over io_uring (no \(Self.uringSwitch)): io_uring is not tested")
+        }
+        addTeardownBlock {
+            try? (before.hasPrefix("Y") ? "1" : "0").write(toFile: Self.uringSwitch, atomically: false, encoding: .utf8)
+        }
+        try (on ? "1" : "0").write(toFile: Self.uringSwitch, atomically: false, encoding: .utf8)
+    }
+
+    func transport(_ vault: MountedVault) -> String? {
+        let r = Harness.run([Harness.coffer, "status", "--json", vault.mountpoint])
+        let object = try? JSONSerialization.jsonObject(with: Data(r.stdout.utf8)) as? [String: Any]
+        return object?["transport"] as? String
+    }
+
+    /// True once `pid` has exited (gone, or a zombie its parent has not reaped yet).
+    func ended(_ pid: Int32) -> Bool {
+        for _ in 0..<50 {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+            if stat.split(separator: ")").last?.split(separator: " ").first == "Z" { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    func testUringServesData_TheLock_AndTheUnmount() throws {
+        try setUringSwitch(true)
+        let vault = MountedVault(scratch: scratch)
+        vault.mount(["--transport", "uring"])
+        XCTAssertEqual(transport(vault), "io_uring")
+        XCTAssertTrue(vault.log.contains("requests come through io_uring"), vault.log)
+        // Every kind of request, with sizes across the 128 KiB request limit, from two
+        // processes at once (both CPUs' queues).
+        assertOK(vault.sh("""
+            head -c 3000000 /dev/urandom > /tmp/coffer-transport.$$ && trap 'rm -f /tmp/coffer-transport.$$' EXIT
+            for n in 1 2; do (cp /tmp/coffer-transport.$$ big$n && mkdir -p d$n/e && echo hi > d$n/e/f$n && ln -s f$n d$n/e/l$n) & done; wait
+            mv d1 d3 && ln big1 hard && setfattr -n user.k -v v big2 && truncate -s 1000001 big2
+            echo 3 > /proc/sys/vm/drop_caches
+            cmp big1 /tmp/coffer-transport.$$ && cmp hard big1 && head -c 1000001 /tmp/coffer-transport.$$ | cmp - big2
+            [ "$(getfattr --only-values -n user.k big2)" = v ] && [ "$(cat d3/e/l1)" = hi ] && ls -lR . | grep -c f2
+            """), "data through io_uring")
+        assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
+        XCTAssertNotEqual(vault.sh("cat d3/e/f1").status, 0, "a locked mount reads nothing")
+        XCTAssertFalse(vault.sh("ls").stdout.contains("big1"), "nor lists names")
+        assertOK(Harness.run([Harness.coffer, "unlock", "--passfile", vault.passfile, vault.mountpoint]), "unlock")
+        XCTAssertEqual(vault.sh("cat d3/e/f1").stdout, "hi\n")
+        let pid = vault.daemonPID
+        vault.unmount()
+        XCTAssertNotNil(pid)
+        if let pid { XCTAssertTrue(ended(pid), "the daemon ended with its rings") }
+    }
+
+    func testAutoTakesUringWhereOfferedAndClassicStaysClassic() throws {
+        try setUringSwitch(true)
+        let auto = MountedVault(scratch: scratch, name: "auto")
+        auto.mount()
+        XCTAssertEqual(transport(auto), "io_uring")
+        let classic = MountedVault(scratch: scratch, name: "classic")
+        classic.mount(["--transport", "classic"])
+        XCTAssertEqual(transport(classic), "/dev/fuse")
+        XCTAssertTrue(classic.log.contains("requests come through /dev/fuse"), classic.log)
+        assertOK(classic.sh("echo x > f && cat f"), "classic serves")
+        auto.unmount()
+        classic.unmount()
+    }
+
+    func testUringIsRefusedWhereTheKernelDoesNotOfferIt() throws {
+        try setUringSwitch(false)
+        let vault = MountedVault(scratch: scratch)
+        let r = Harness.run([Harness.coffer, "mount", "--transport", "uring", "--passfile", vault.passfile,
+                             vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(r.status, 46, r.stderr)
+        XCTAssertTrue(r.stderr.contains("enable_uring"), r.stderr)
+        XCTAssertFalse(vault.isMounted)
+        vault.mount()
+        XCTAssertEqual(transport(vault), "/dev/fuse", "auto falls back")
+        vault.unmount()
+    }
+
+    /// A daemon killed while requests run through its rings leaves a mount that fails
+    /// (ENOTCONN), not one that hangs.
+    func testAKilledUringDaemonLeavesNoHang() throws {
+        try setUringSwitch(true)
+        let vault = MountedVault(scratch: scratch)
+        vault.mount(["--transport", "uring"])
+        let writer = Harness.start(["sh", "-c", "while :; do echo x >> \(vault.mountpoint)/f || exit; done"])
+        defer { writer.terminate(); writer.waitUntilExit() }
+        usleep(300_000)
+        guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
+        kill(pid, SIGKILL)
+        let r = Harness.run(["stat", vault.mountpoint + "/f"], timeout: 20)
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("Transport endpoint is not connected") || r.stderr.contains("connection abort"),
+                      r.stderr)
+        assertOK(Harness.run(["fusermount3", "-u", "-z", vault.mountpoint]), "clear the dead mount")
+    }
+}
