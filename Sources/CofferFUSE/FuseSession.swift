@@ -20,7 +20,7 @@ public final class FuseSession: @unchecked Sendable {
         /// Shown as the source in /proc/mounts.
         public var fsName = "coffer"
         /// How requests reach the daemon.
-        public var transport = Transport.auto
+        public var transport = Transport.classic
         /// Told how requests come ("io_uring" or "/dev/fuse") once the kernel's first
         /// request has settled it.
         public var transportSettled: @Sendable (String) -> Void = { _ in }

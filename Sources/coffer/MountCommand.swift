@@ -54,8 +54,14 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
-    @Option(name: .long, help: ArgumentHelp("How requests reach the daemon: uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), classic (/dev/fuse), or auto: uring where the kernel offers it, else classic.", valueName: "transport"))
-    var transport: FuseSession.Transport = .auto
+    @Option(name: .customLong("transport"), help: ArgumentHelp("How requests reach the daemon: classic (/dev/fuse), uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), or auto: uring where the kernel offers it, else classic. Default: $COFFER_TRANSPORT, else classic.", valueName: "transport"))
+    var givenTransport: FuseSession.Transport?
+
+    /// The transport asked for: --transport, else COFFER_TRANSPORT, else classic (which
+    /// serves faster than this io_uring transport so far: docs/PERFORMANCE.md).
+    var transport: FuseSession.Transport {
+        givenTransport ?? getenv("COFFER_TRANSPORT").flatMap { FuseSession.Transport(rawValue: String(cString: $0)) } ?? .classic
+    }
 
     @Option(name: .long, help: ArgumentHelp("This machine's private directory for the vault's crash state (the undo journal); default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). Never inside CIPHERDIR.", valueName: "dir"))
     var stateDir: String?
@@ -88,6 +94,10 @@ struct MountCommand: ParsableCommand {
         }
         if let secret = fuseOptions.flatMap({ $0.split(separator: ",").map(String.init) }).first(where: { MountHelperCommand.isInlineSecret($0) }) {
             throw ValidationError("-o \(MountHelperCommand.named(secret)) is refused: a secret never goes in mount options; use --passfile or --extpass")
+        }
+        if let value = getenv("COFFER_TRANSPORT").map({ String(cString: $0) }), givenTransport == nil,
+           FuseSession.Transport(rawValue: value) == nil {
+            throw ValidationError("COFFER_TRANSPORT=\(value): not a transport (auto, uring or classic)")
         }
         if let refused = FuseSession.refusedOptions(fuseOptions).first {
             throw ValidationError("-o \(MountHelperCommand.named(refused)): not a mount option libfuse accepts")
@@ -147,7 +157,8 @@ struct MountCommand: ParsableCommand {
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
-        if transport != .auto { arguments += ["--transport", transport.rawValue] }
+        // Resolved here: the daemon does not read the environment for it.
+        arguments += ["--transport", transport.rawValue]
         if let watchLimit { arguments += ["--watch-limit", String(watchLimit)] }
         if let stateDir { arguments += ["--state-dir", MountPoint.canonical(stateDir) ?? stateDir] }
         if allowOther { arguments.append("--allow-other") }

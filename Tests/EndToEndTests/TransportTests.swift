@@ -1,5 +1,5 @@
 // End-to-end: the transport a mount is asked for is the one it serves through — FUSE
-// over io_uring where the kernel offers it, /dev/fuse otherwise or when asked — and
+// over io_uring where asked and offered, /dev/fuse by default or when asked — and
 // io_uring serves data, the lock and the unmount as /dev/fuse does. Each test sets the
 // fuse module's enable_uring switch as it needs it and puts it back.
 import Foundation
@@ -66,15 +66,37 @@ final class TransportTests: EndToEndCase {
     func testAutoTakesUringWhereOfferedAndClassicStaysClassic() throws {
         try setUringSwitch(true)
         let auto = MountedVault(scratch: scratch, name: "auto")
-        auto.mount()
+        auto.mount(["--transport", "auto"])
         XCTAssertEqual(transport(auto), "io_uring")
         let classic = MountedVault(scratch: scratch, name: "classic")
         classic.mount(["--transport", "classic"])
         XCTAssertEqual(transport(classic), "/dev/fuse")
         XCTAssertTrue(classic.log.contains("requests come through /dev/fuse"), classic.log)
         assertOK(classic.sh("echo x > f && cat f"), "classic serves")
-        auto.unmount()
-        classic.unmount()
+        // COFFER_TRANSPORT is the default a mount without --transport takes.
+        let fromEnvironment = MountedVault(scratch: scratch, name: "environment")
+        var environment = ProcessInfo.processInfo.environment
+        environment["COFFER_TRANSPORT"] = "uring"
+        assertOK(Harness.run([Harness.coffer, "mount", "--passfile", fromEnvironment.passfile, fromEnvironment.cipherdir,
+                              fromEnvironment.mountpoint], environment: environment), "mount with COFFER_TRANSPORT=uring")
+        XCTAssertEqual(transport(fromEnvironment), "io_uring")
+        for vault in [auto, classic, fromEnvironment] { vault.unmount() }
+    }
+
+    func testWithoutAChoiceAMountServesThroughDevFuse() throws {
+        try setUringSwitch(true)
+        let vault = MountedVault(scratch: scratch)
+        var environment = ProcessInfo.processInfo.environment
+        environment["COFFER_TRANSPORT"] = nil
+        assertOK(Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint],
+                             environment: environment), "mount")
+        XCTAssertEqual(transport(vault), "/dev/fuse", "classic is the default")
+        vault.unmount()
+        environment["COFFER_TRANSPORT"] = "fast"
+        let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint],
+                            environment: environment)
+        XCTAssertEqual(r.status, 64, r.stderr)
+        XCTAssertTrue(r.stderr.contains("COFFER_TRANSPORT=fast"), r.stderr)
     }
 
     func testUringIsRefusedWhereTheKernelDoesNotOfferIt() throws {
@@ -85,7 +107,7 @@ final class TransportTests: EndToEndCase {
         XCTAssertEqual(r.status, 46, r.stderr)
         XCTAssertTrue(r.stderr.contains("enable_uring"), r.stderr)
         XCTAssertFalse(vault.isMounted)
-        vault.mount()
+        vault.mount(["--transport", "auto"])
         XCTAssertEqual(transport(vault), "/dev/fuse", "auto falls back")
         vault.unmount()
     }
