@@ -71,7 +71,9 @@ enum SessionIO {
                     shared.uring.store(Unmanaged.passRetained(transport).toOpaque(), ordering: .releasing)
                     transport.start()
                 }
-                shared.settled(transport != nil && written >= 0 ? "io_uring" : "/dev/fuse")
+                shared.settled(transport != nil && written >= 0 ? "io_uring"
+                               : shared.wantsUring ? "/dev/fuse (io_uring was asked for: the kernel did not offer it, or the rings could not be made)"
+                               : "/dev/fuse")
                 return written
             }
             return Glibc.writev(fd, iov, count)
