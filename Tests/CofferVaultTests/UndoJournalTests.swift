@@ -57,19 +57,25 @@ final class UndoJournalTests: XCTestCase {
         XCTAssertEqual(try f.tornBlocks(records, repair: true), [], "an intact block needs nothing")
     }
 
+    /// A sqlite WAL's block after a commit: 3880 bytes written and fsynced.
+    func syncedWAL() throws -> (UndoJournal, ContentFile, Int32, [UInt8]) {
+        let journal = try UndoJournal(directory: dir.fd)
+        let volatile = VolatileBlocks()
+        let fd = dir.openFile("wal")
+        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
+        let synced = Sodium.randomArray(count: 3880)
+        try write(f, synced, at: 0)
+        volatile.removeAll()  // fsync
+        return (journal, f, fd, synced)
+    }
+
     /// Issue 19, item 1 (a sqlite WAL under writeback): a 24-byte write to a synced block
     /// takes a durable record, and so does the page write after it, since the block still
     /// holds the synced bytes. The cut loses every ring record and leaves the newest slot
     /// cut short: the page write's own record puts the block back.
     func testEveryRewriteOfABlockKeepingFsyncedBytesIsDurable() throws {
-        let journal = try UndoJournal(directory: dir.fd)
-        let volatile = VolatileBlocks()
-        let fd = dir.openFile("wal")
+        let (journal, f, fd, synced) = try syncedWAL()
         defer { close(fd) }
-        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
-        let synced = Sodium.randomArray(count: 3880)
-        try write(f, synced, at: 0)
-        volatile.removeAll()  // fsync
         let header = Sodium.randomArray(count: 24)
         try write(f, header, at: 3880)                            // the frame header
         try write(f, Sodium.randomArray(count: 100), at: 3904)    // the page
@@ -89,14 +95,8 @@ final class UndoJournalTests: XCTestCase {
     /// cut leaves the newest slot cut short and its ring record half written: the durable
     /// record before it puts the block back.
     func testWhenTheNewestRecordIsTornTheDurableOneBeforeItPutsTheBlockBack() throws {
-        let journal = try UndoJournal(directory: dir.fd)
-        let volatile = VolatileBlocks()
-        let fd = dir.openFile("wal")
+        let (journal, f, fd, synced) = try syncedWAL()
         defer { close(fd) }
-        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
-        let synced = Sodium.randomArray(count: 3880)
-        try write(f, synced, at: 0)
-        volatile.removeAll()  // fsync
         let header = Sodium.randomArray(count: 24)
         try write(f, header, at: 3880)                                   // durable record
         try write(f, Sodium.randomArray(count: 4096), at: 0)             // durable record
