@@ -111,14 +111,14 @@ struct MountCommand: ParsableCommand {
         return st.st_mode & S_IFMT == S_IFIFO || st.st_mode & S_IFMT == S_IFREG
     }
 
-    /// The passphrase given with the mount, in this order: --passfile or --extpass, the
-    /// systemd credential, standard input when it is a pipe or a file; nil for none.
     /// With --transport uring, refuses a kernel or process that cannot have it.
     private func checkTransport() throws {
         guard transport == .uring, let reason = FuseSession.uringUnavailableReason() else { return }
         throw CommandFailure(status: .transportUnavailable, message: "--transport uring: \(reason)")
     }
 
+    /// The passphrase given with the mount, in this order: --passfile or --extpass, the
+    /// systemd credential, standard input when it is a pipe or a file; nil for none.
     private func givenPassphrase() throws -> SecureBytes? {
         try source.read() ?? SystemdCredential.passphrase()
             ?? (Self.standardInputCarriesSecret ? PassphraseReader.readOptionalLine(0, what: "passphrase") : nil)
