@@ -172,3 +172,10 @@ int clinux_uring_next_completion(clinux_uring *ring, uint64_t *user_data, int32_
 }
 
 int clinux_eventfd(void) { return eventfd(0, EFD_CLOEXEC); }
+
+int clinux_uring_collect(clinux_uring *ring) {
+    int n = (int)syscall(__NR_io_uring_enter, ring->fd, ring->unsubmitted, 0, IORING_ENTER_GETEVENTS, NULL, 0);
+    if (n < 0) return errno == EINTR ? 0 : -errno;
+    ring->unsubmitted -= (unsigned)n;
+    return *ring->cq_head != __atomic_load_n(ring->cq_tail, __ATOMIC_ACQUIRE);
+}

@@ -144,6 +144,9 @@ int clinux_uring_poll_input(clinux_uring *ring, int fd, uint64_t user_data);
 int clinux_uring_enter(clinux_uring *ring, unsigned wait);
 /// Takes the next completion: 1 with its user data and result, 0 if there is none.
 int clinux_uring_next_completion(clinux_uring *ring, uint64_t *user_data, int32_t *result);
+/// Submits what is queued and runs the kernel's pending work for the ring without
+/// waiting: 1 if a completion is there to take, 0 if not, or -errno.
+int clinux_uring_collect(clinux_uring *ring);
 /// eventfd(0, EFD_CLOEXEC): what wakes a ring's thread (a poll on it completes).
 int clinux_eventfd(void);
 
