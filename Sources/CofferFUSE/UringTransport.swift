@@ -25,7 +25,7 @@ final class UringTransport: @unchecked Sendable {
     /// Offsets in an entry's header buffer (struct fuse_uring_req_header): the request's
     /// and the reply's header, the operation's own header, the kernel's commit ID and
     /// the payload's size.
-    private static let opHeaderOffset = 128, commitIDOffset = 264, payloadSizeOffset = 272
+    private static let uniqueOffset = 8, opHeaderOffset = 128, commitIDOffset = 264, payloadSizeOffset = 272
     private static let inHeaderSize = MemoryLayout<fuse_in_header>.size
     private static let outHeaderSize = MemoryLayout<fuse_out_header>.size
     /// A completion of the queue's wake-up descriptor, not of an entry.
@@ -34,17 +34,13 @@ final class UringTransport: @unchecked Sendable {
     /// True if this kernel serves FUSE over io_uring (the module's switch is on) and
     /// this process may make a ring; why not, otherwise.
     static func unavailableReason() -> String? {
-        var flag: UInt8 = 0
-        let fd = open("/sys/module/fuse/parameters/enable_uring", O_RDONLY)
-        if fd >= 0 { _ = Glibc.read(fd, &flag, 1); close(fd) }
-        guard flag == UInt8(ascii: "Y") else {
+        guard (try? Sys.readToEnd("/sys/module/fuse/parameters/enable_uring"))?.first == UInt8(ascii: "Y") else {
             return "this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring set to 1)"
         }
-        guard let ring = clinux_uring_create(2) else { return "io_uring is refused to this process (\(String(cString: strerror(errno))))" }
+        let ring = clinux_uring_create(2)
         defer { clinux_uring_destroy(ring) }
-        let enabled = clinux_uring_enable(ring)
-        return enabled == 0 ? nil : "io_uring is refused to this process (\(String(cString: strerror(-enabled))))"
-
+        let code = ring == nil ? errno : -clinux_uring_enable(ring)
+        return code == 0 ? nil : "io_uring is refused to this process (\(String(cString: strerror(code))))"
     }
 
     private let session: OpaquePointer
@@ -68,13 +64,11 @@ final class UringTransport: @unchecked Sendable {
 
     /// The kernel makes one queue per possible CPU (not per online one).
     private static func possibleCPUs() -> Int {
-        let fd = open("/sys/devices/system/cpu/possible", O_RDONLY)
-        guard fd >= 0 else { return Int(sysconf(Int32(_SC_NPROCESSORS_CONF))) }
-        defer { close(fd) }
-        var text = [UInt8](repeating: 0, count: 64)
-        let n = Glibc.read(fd, &text, text.count)
+        guard let text = try? Sys.readToEnd("/sys/devices/system/cpu/possible") else {
+            return Int(sysconf(Int32(_SC_NPROCESSORS_CONF)))
+        }
         // "0-3" or "0": the highest number plus one.
-        let last = String(decoding: text.prefix(max(n, 0)), as: UTF8.self)
+        let last = String(decoding: text, as: UTF8.self)
             .split(whereSeparator: { $0 == "," || $0 == "-" || $0 == "\n" }).last.flatMap { Int($0) }
         return (last ?? 0) + 1
     }
@@ -108,10 +102,7 @@ final class UringTransport: @unchecked Sendable {
                     size += iov[i].iov_len
                 }
                 if error != 0 { size = 0 }
-                var out = fuse_out_header(len: UInt32(Self.outHeaderSize + size), error: error, unique: unique)
-                entry.header.copyMemory(from: &out, byteCount: Self.outHeaderSize)
-                entry.header.storeBytes(of: UInt32(size), toByteOffset: Self.payloadSizeOffset, as: UInt32.self)
-                entry.reply = (unique, size)
+                entry.setReply(unique: unique, error: error, size: size)
                 // Replied while its thread dispatches it: the thread commits it. Later (a
                 // reply from another thread), the thread is woken to commit it.
                 if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.replied,
@@ -176,17 +167,15 @@ final class UringTransport: @unchecked Sendable {
     /// request, which doubled a 4 KiB write's round trip on a 2-vCPU guest
     /// (docs/PERFORMANCE.md). The price: up to this much CPU after the last request of
     /// a burst.
-    static let spinNanoseconds = 50_000
+    static let spinSeconds = 50e-6
 
     /// Looks for a completion without sleeping for a while; true if one came.
     private func spinForCompletion(_ queue: Queue) -> Bool {
-        var start = timespec(), now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &start)
+        let deadline = Sys.monotonicNow() + Self.spinSeconds
         repeat {
             let found = clinux_uring_collect(queue.ring)
             if found != 0 { return found > 0 }
-            clock_gettime(CLOCK_MONOTONIC, &now)
-        } while (now.tv_sec - start.tv_sec) * 1_000_000_000 + (now.tv_nsec - start.tv_nsec) < Self.spinNanoseconds
+        } while Sys.monotonicNow() < deadline
         return false
     }
 
@@ -198,7 +187,7 @@ final class UringTransport: @unchecked Sendable {
         let (unique, size) = entry.reply
         entry.reply = (0, 0)
         guard size > 0 else { return }
-        let next = entry.header.load(fromByteOffset: 8, as: UInt64.self) == unique ? 0
+        let next = entry.header.load(fromByteOffset: Self.uniqueOffset, as: UInt64.self) == unique ? 0
             : min(size, Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self)))
         if next < size { explicit_bzero(entry.payload + next, size - next) }
     }
@@ -213,9 +202,7 @@ final class UringTransport: @unchecked Sendable {
         entry.commitID = entry.header.load(fromByteOffset: Self.commitIDOffset, as: UInt64.self)
         guard (0...128).contains(opSize), payloadSize <= payloadCapacity else {
             // Not a request this code understands: refused, and the entry goes on.
-            var out = fuse_out_header(len: UInt32(Self.outHeaderSize), error: -EIO, unique: header.unique)
-            entry.header.copyMemory(from: &out, byteCount: Self.outHeaderSize)
-            entry.header.storeBytes(of: UInt32(0), toByteOffset: Self.payloadSizeOffset, as: UInt32.self)
+            entry.setReply(unique: header.unique, error: -EIO, size: 0)
             return submit(queue, Self.commitAndFetch, entry)
         }
         let start = entry.payload - Self.inHeaderSize - opSize
@@ -263,6 +250,15 @@ extension UringTransport {
         /// The unique and payload size of the reply last written here, until wiped:
         /// written by the replying thread before it hands the entry on (`state`).
         var reply: (unique: UInt64, size: Int) = (0, 0)
+
+        /// Writes the reply header (the payload, `size` bytes, is already in place) and
+        /// notes the reply for `scrub`.
+        func setReply(unique: UInt64, error: Int32, size: Int) {
+            var out = fuse_out_header(len: UInt32(UringTransport.outHeaderSize + size), error: error, unique: unique)
+            header.copyMemory(from: &out, byteCount: UringTransport.outHeaderSize)
+            header.storeBytes(of: UInt32(size), toByteOffset: UringTransport.payloadSizeOffset, as: UInt32.self)
+            reply = (unique, size)
+        }
 
         init(index: Int, payloadCapacity: Int) throws {
             self.index = index
@@ -327,8 +323,7 @@ extension UringTransport {
         func stop() {
             guard let thread else { return }
             stopping.store(true, ordering: .releasing)
-            var one: UInt64 = 1
-            _ = Glibc.write(wake, &one, 8)
+            wakeThread()
             pthread_join(thread, nil)
             self.thread = nil
         }
@@ -336,6 +331,10 @@ extension UringTransport {
         /// Hands the thread the commit of `entry` (its reply came from another thread).
         func commitLater(_ entry: Int) {
             commits.withLock { $0.append(entry) }
+            wakeThread()
+        }
+
+        private func wakeThread() {
             var one: UInt64 = 1
             _ = Glibc.write(wake, &one, 8)
         }
