@@ -291,31 +291,85 @@ public struct ContentCipher: Sendable {
             if Self.isHole(block, length) {
                 (pbase! + plainOffset).initialize(repeating: 0, count: plainLength)
             } else {
-                let rc = withAssociatedData(fileID: fileID, blockIndex: index) { ad -> Int32 in
-                    var written: UInt64 = 0
-                    switch key.algorithm {
-                    case .xchacha20poly1305:
-                        return crypto_aead_xchacha20poly1305_ietf_decrypt(
-                            pbase! + plainOffset, &written, nil, block + Self.nonceSize,
-                            UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
-                            key.pointer.assumingMemoryBound(to: UInt8.self))
-                    case .aes256gcm:
-                        // The unused half of the nonce field is not authenticated by GCM:
-                        // anything but zeros there is tampering.
-                        guard Self.isHole(block + Self.gcmNonceSize, Self.nonceSize - Self.gcmNonceSize) else { return -1 }
-                        return crypto_aead_aes256gcm_decrypt_afternm(
-                            pbase! + plainOffset, &written, nil, block + Self.nonceSize,
-                            UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
-                            key.pointer.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self))
-                    }
+                guard openOne(block, length: length, index: index, fileID: fileID, into: pbase! + plainOffset, key: key) else {
+                    throw CryptoError.blockAuthenticationFailed(blockIndex: index)
                 }
-                guard rc == 0 else { throw CryptoError.blockAuthenticationFailed(blockIndex: index) }
             }
             cipherOffset += length
             plainOffset += plainLength
             index += 1
         }
         return plainOffset
+    }
+
+    /// Opens one sealed block of `length` bytes (nonce ‖ ciphertext ‖ tag); false if it
+    /// fails authentication.
+    @inline(__always)
+    private func openOne(_ block: UnsafePointer<UInt8>, length: Int, index: UInt64, fileID: FileID,
+                         into plain: UnsafeMutablePointer<UInt8>, key: BlockKey) -> Bool {
+        withAssociatedData(fileID: fileID, blockIndex: index) { ad -> Int32 in
+            var written: UInt64 = 0
+            switch key.algorithm {
+            case .xchacha20poly1305:
+                return crypto_aead_xchacha20poly1305_ietf_decrypt(
+                    plain, &written, nil, block + Self.nonceSize,
+                    UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
+                    key.pointer.assumingMemoryBound(to: UInt8.self))
+            case .aes256gcm:
+                // The unused half of the nonce field is not authenticated by GCM:
+                // anything but zeros there is tampering.
+                guard Self.isHole(block + Self.gcmNonceSize, Self.nonceSize - Self.gcmNonceSize) else { return -1 }
+                return crypto_aead_aes256gcm_decrypt_afternm(
+                    plain, &written, nil, block + Self.nonceSize,
+                    UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
+                    key.pointer.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self))
+            }
+        } == 0
+    }
+
+    /// Seals the final block of a file (format 4): `plaintext` holds 0…4095 bytes, and
+    /// `ciphertext` its length + 40.
+    public func sealFinalBlock(_ plaintext: UnsafeRawBufferPointer, index: UInt64, fileID: FileID,
+                               into ciphertext: UnsafeMutableRawBufferPointer) throws {
+        precondition(plaintext.count < Self.blockSize && ciphertext.count >= plaintext.count + Self.overhead)
+        var empty: UInt8 = 0
+        try withUnsafeMutablePointer(to: &empty) { dummy in
+            // A block of no bytes still needs an address to read from.
+            let input = plaintext.count > 0 ? plaintext : UnsafeRawBufferPointer(start: dummy, count: 0)
+            try withBlockKey(fileID: fileID) { key in
+                var nonce = [UInt8](repeating: 0, count: Self.nonceSize)
+                nonce.withUnsafeMutableBytes { n in
+                    NoncePool.current.fill(UnsafeMutableRawBufferPointer(
+                        rebasing: n[0..<(key.algorithm == .aes256gcm ? Self.gcmNonceSize : Self.nonceSize)]))
+                }
+                nonce.withUnsafeBytes { n in
+                    sealOne(input, block: 0, firstBlock: index, fileID: fileID, nonce: n.baseAddress!, into: ciphertext, key: key)
+                }
+            }
+        }
+    }
+
+    /// Opens the final block of a file (format 4): 40…4135 bytes, never a hole (a final
+    /// block of zeros is a cut file). Returns its plaintext length.
+    @discardableResult
+    public func openFinalBlock(_ ciphertext: UnsafeRawBufferPointer, index: UInt64, fileID: FileID,
+                               into plaintext: UnsafeMutableRawBufferPointer) throws -> Int {
+        let length = ciphertext.count
+        guard length >= Self.overhead, length < Self.cipherBlockSize else {
+            throw CryptoError.blockTooShort(blockIndex: index, length: length)
+        }
+        precondition(plaintext.count >= length - Self.overhead)
+        let block = ciphertext.baseAddress!.assumingMemoryBound(to: UInt8.self)
+        guard !Self.isHole(block, length) else { throw CryptoError.blockAuthenticationFailed(blockIndex: index) }
+        var empty: UInt8 = 0
+        let ok = try withUnsafeMutablePointer(to: &empty) { dummy in
+            try withBlockKey(fileID: fileID) { key in
+                openOne(block, length: length, index: index, fileID: fileID,
+                        into: plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? dummy, key: key)
+            }
+        }
+        guard ok else { throw CryptoError.blockAuthenticationFailed(blockIndex: index) }
+        return length - Self.overhead
     }
 
     /// True if the stored block is all zeros (a hole). Whether a block is a hole is not

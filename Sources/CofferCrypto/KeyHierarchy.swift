@@ -16,6 +16,8 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
     case xattrNameMAC = 5
     /// XChaCha20 key encrypting xattr names.
     case xattrNameStream = 6
+    /// BLAKE2b key binding a file's content to its place (format 4).
+    case place = 7
 }
 
 /// The master key: 32 random bytes in secure memory. It only ever exists unwrapped
@@ -59,6 +61,7 @@ public final class KeySet: Sendable {
     public let names: NameCipher
     public let xattrNames: NameCipher
     public let metadata: SealedBox
+    public let places: PlaceMAC
 
     public init(master: MasterKey, content algorithm: ContentAlgorithm) {
         content = ContentCipher(key: master.subkey(.content), algorithm: algorithm)
@@ -66,6 +69,7 @@ public final class KeySet: Sendable {
         xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
                                 streamKey: master.subkey(.xattrNameStream))
         metadata = SealedBox(key: master.subkey(.metadata))
+        places = PlaceMAC(key: master.subkey(.place))
     }
 
     /// Zeroes every subkey, also while operations still hold this KeySet: their next
@@ -75,5 +79,6 @@ public final class KeySet: Sendable {
         names.wipe()
         xattrNames.wipe()
         metadata.key.retire()
+        places.key.retire()
     }
 }

@@ -108,7 +108,13 @@ extension PlainFileSystem {
             let backing = try newName(name, in: dir, keys: keys)
             try creating(backing, in: dir, caller: caller, mode: mode) {
                 if mode & S_IFMT == S_IFREG {
-                    _ = try FileDescriptor.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_WRONLY, mode: mode & 0o7777)
+                    let fd = try FileDescriptor.open(backing.name, in: dir.fd, flags: O_CREAT | O_EXCL | O_RDWR, mode: mode & 0o7777)
+                    do {
+                        try initializeContent(fd.rawValue, name: name, in: dir, keys: keys)
+                    } catch {
+                        try? Sys.unlink(backing.name, in: dir.fd)
+                        throw error
+                    }
                 } else {
                     try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
                 }
@@ -155,8 +161,15 @@ extension PlainFileSystem {
         try withKeys { keys in
             let node = nodes.node(id), dir = nodes.node(newParent)
             let backing = try newName(name, in: dir, keys: keys)
-            try creating(backing, in: dir) {
-                try retryOnInterrupt("linkat") { linkat(AT_FDCWD, node.procPath, dir.fd, backing.name, AT_SYMLINK_FOLLOW) }
+            // A file with hard links has several places: its content is bound to none.
+            let unbind = try node.entry.flatMap { try rebind(.node(node), shownAs: $0.name, in: $0.parent, to: nil, keys: keys) }
+            do {
+                try creating(backing, in: dir) {
+                    try retryOnInterrupt("linkat") { linkat(AT_FDCWD, node.procPath, dir.fd, backing.name, AT_SYMLINK_FOLLOW) }
+                }
+            } catch {
+                unbind?()
+                throw error
             }
             return try enter(backing.name, in: dir, plainName: name)
         }
@@ -239,10 +252,27 @@ extension PlainFileSystem {
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let st = try? Sys.stat(new.name, in: to.fd) {
                 markRemovedThroughMount(st)
             }
+            let moving = try? Sys.stat(old.name, in: from.fd)
+            let exchanged = flags & RENAME_EXCHANGE != 0 ? try? Sys.stat(new.name, in: to.fd) : nil
+            // Content moves to its new place (both ways for an exchange) before the rename.
+            var rebound: [() -> Void] = []
+            if !(from === to && old == new.backing) {
+                let place = Place(dirIV: try to.directoryIV(), name: newName)
+                if let undo = try rebind(.entry(old.name, in: from), shownAs: name, in: from, to: place, keys: keys) { rebound.append(undo) }
+                if flags & RENAME_EXCHANGE != 0,
+                   let undo = try rebind(.entry(new.name, in: to), shownAs: newName, in: to,
+                                         to: Place(dirIV: try from.directoryIV(), name: name), keys: keys) {
+                    rebound.append(undo)
+                }
+            }
             do {
                 try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
                 to.rememberEntry(newName)
+                // The nodes know their new names (an open checks the place by it).
+                if let moving, let node = nodes.known(moving) { node.setName(newName, parent: to) }
+                if let exchanged, let node = nodes.known(exchanged) { node.setName(name, parent: from) }
             } catch {
+                rebound.forEach { $0() }
                 new.abandon(in: to)
                 throw error
             }
@@ -285,8 +315,7 @@ extension PlainFileSystem {
                 try withWritableDescriptor(node, handle: handle) { fd in
                     try reportingDamage(node) {
                         try node.contentLock.writing {
-                            try ContentFile(fd: fd, cipher: keys.set.content, ids: node.fileIDs,
-                                            safety: rewriteSafety(node)).truncate(to: size)
+                            try content(fd, of: node, keys: keys, safety: rewriteSafety(node)).truncate(to: size)
                         }
                     }
                 }

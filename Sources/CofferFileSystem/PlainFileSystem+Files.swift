@@ -49,7 +49,9 @@ extension PlainFileSystem {
         let file = OpenFile(node: node, fd: fd, writable: writable, synchronous: flags & O_DSYNC != 0)
         if truncate && writable {
             try node.contentLock.writing {
-                try ContentFile(fd: file.fd, cipher: keys.set.content, ids: node.fileIDs).truncate(to: 0)
+                try content(file.fd, of: node, keys: keys).truncate(to: 0)
+                // Emptied content is the caller's new content: it belongs where it is opened.
+                try rebindEmptied(node, fd: file.fd, keys: keys)
             }
         }
         return file.issueHandle()
@@ -67,7 +69,8 @@ extension PlainFileSystem {
             // bytes after the last whole block, a short header) is damage, reported
             // here: the kernel asks for no byte past the whole blocks it is shown.
             if !truncate {
-                try reportingDamage(node) { _ = try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd.rawValue).st_size)) }
+                try reportingDamage(node) { _ = try layout.plainSize(cipherSize: Int64(Sys.stat(fd.rawValue).st_size)) }
+                try checkPlaceAndLength(node, fd: fd.rawValue, keys: keys)
             }
             let dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd.rawValue, caller: caller) : false
             let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)
@@ -91,7 +94,17 @@ extension PlainFileSystem {
                 throw error
             }
             do {
-                if created { try own(new.name, in: dir, fd: fd.rawValue, caller: caller, mode: mode) }
+                if created {
+                    if writable {
+                        try initializeContent(fd.rawValue, name: name, in: dir, keys: keys)
+                    } else {
+                        let file = BackingFile.entry(new.name, in: dir)
+                        try withContentDescriptor(file, stat: try Sys.stat(fd.rawValue)) {
+                            try initializeContent($0, name: name, in: dir, keys: keys)
+                        }
+                    }
+                    try own(new.name, in: dir, fd: fd.rawValue, caller: caller, mode: mode)
+                }
             } catch {
                 try? Sys.unlink(new.name, in: dir.fd)
                 new.abandon(in: dir)
@@ -117,7 +130,7 @@ extension PlainFileSystem {
             let file = OpenFile.borrow(handle)
             return try reportingDamage(file.node) {
                 try file.node.contentLock.reading {
-                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs).read(into: buffer, at: offset)
+                    try content(file.fd, of: file.node, keys: keys).read(into: buffer, at: offset)
                 }
             }
         }
@@ -129,8 +142,8 @@ extension PlainFileSystem {
             guard file.writable else { throw Errno(EBADF, "write") }
             try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
-                    try ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
-                                    safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
+                    try content(file.fd, of: file.node, keys: keys,
+                                safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
             try refuseIfRemovedByOthers(file)
@@ -208,10 +221,10 @@ extension PlainFileSystem {
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "fallocate") }
             try file.node.contentLock.writing {
-                let content = ContentFile(fd: file.fd, cipher: keys.set.content, ids: file.node.fileIDs,
-                                          safety: rewriteSafety(file.node, synchronous: file.synchronous))
-                let start = BlockLayout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
-                let end = BlockLayout.cipherSize(plainSize: offset + length)
+                let content = content(file.fd, of: file.node, keys: keys,
+                                      safety: rewriteSafety(file.node, synchronous: file.synchronous))
+                let start = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
+                let end = layout.cipherSize(plainSize: offset + length)
                 try Sys.fallocate(file.fd, mode: FALLOC_FL_KEEP_SIZE, offset: start, length: end - start)
                 if mode == 0, try content.plainSize() < offset + length {
                     try reportingDamage(file.node) { try content.truncate(to: offset + length) }

@@ -71,10 +71,13 @@ extension PlainFileSystem {
         for n in 1...1000 {
             let target = try keys.codecs.names.backingName(for: candidate, dirIV: iv)
             let wroteSidecar = try NameTransform.writeSidecar(target, in: dir.fd)
+            // Its content moves to the new place first.
+            let rebound = try rebind(.entry(backing, in: dir), shownAs: name, in: dir, to: Place(dirIV: iv, name: candidate), keys: keys)
             do {
                 try Sys.rename(backing, in: dir.fd, to: target.name, in: dir.fd, flags: RENAME_NOREPLACE)
                 return candidate
             } catch let error as Errno where error.code == EEXIST {
+                rebound?()
                 if wroteSidecar { NameTransform.removeSidecar(target, in: dir.fd) }
                 guard let next = ConflictName.display(original: name, markers: Array(" (\(n))".utf8)) else { throw error }
                 candidate = next

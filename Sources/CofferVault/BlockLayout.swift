@@ -1,18 +1,40 @@
 // BlockLayout is the one place where plaintext and ciphertext offsets and sizes are
 // converted: header, then 4136-byte ciphertext blocks for 4096-byte plaintext blocks.
+// Two layouts (docs/FORMAT.md §4): up to format 3, an 18-byte header and a last block of
+// 1…4096 bytes (an empty file is an empty backing file); from format 4, a 34-byte header
+// (with the place tag) and a final block of n mod 4096 bytes — 0 included — so that a
+// file cut anywhere, block boundaries too, no longer ends in a block that opens.
 import CofferCrypto
 import CofferSystem
 import Glibc
 
-public enum BlockLayout {
+public struct BlockLayout: Sendable, Equatable {
     /// Plaintext bytes per block.
     public static let plainBlockSize = Int64(ContentCipher.blockSize)
     /// Ciphertext bytes per full block (nonce 24 + data 4096 + tag 16).
     public static let cipherBlockSize = Int64(ContentCipher.cipherBlockSize)
     /// Bytes each block grows by.
     public static let overhead = Int64(ContentCipher.overhead)
+
+    /// Formats 1–3: header version 1, no final block.
+    public static let unbound = BlockLayout(header: 1)
+    /// Format 4: header version 2 (with the place tag), every file ends in a final block.
+    public static let bound = BlockLayout(header: 2)
+
+    /// The layout of a vault of `format`.
+    public static func of(format: Int) -> BlockLayout { format >= 4 ? .bound : .unbound }
+
+    /// The header version this layout writes and reads.
+    public let headerVersion: UInt16
     /// Bytes of the file header before block 0.
-    public static let headerSize = Int64(FileHeader.size)
+    public let headerSize: Int64
+    /// Every file ends in a sealed final block of n mod 4096 plaintext bytes (format 4).
+    public var endsInFinalBlock: Bool { headerVersion >= 2 }
+
+    private init(header version: UInt16) {
+        headerVersion = version
+        headerSize = Int64(FileHeader.size(version: version))
+    }
 
     /// Largest plaintext size (and write end) coffer accepts: 2^62 bytes, so that no
     /// ciphertext offset can overflow Int64. The backing file system's own limit
@@ -28,34 +50,44 @@ public enum BlockLayout {
     public static func blockIndex(plainOffset offset: Int64) -> Int64 { offset / plainBlockSize }
 
     /// Ciphertext offset at which block `index` starts.
-    public static func cipherOffset(block index: Int64) -> Int64 { headerSize + index * cipherBlockSize }
+    public func cipherOffset(block index: Int64) -> Int64 { headerSize + index * Self.cipherBlockSize }
 
     /// Plaintext size of the whole blocks of a damaged file whose length cuts a block.
-    public static func plainSizeOfWholeBlocks(cipherSize: Int64) -> Int64 {
-        max(0, (cipherSize - headerSize) / cipherBlockSize * plainBlockSize)
+    public func plainSizeOfWholeBlocks(cipherSize: Int64) -> Int64 {
+        max(0, (cipherSize - headerSize) / Self.cipherBlockSize * Self.plainBlockSize)
     }
 
-    /// Plaintext size of a ciphertext file of `cipherSize` bytes. An empty file is
-    /// empty; a size that ends inside a header, nonce or tag is a truncated file.
-    public static func plainSize(cipherSize: Int64) throws -> Int64 {
-        if cipherSize == 0 { return 0 }
+    /// Plaintext size of a ciphertext file of `cipherSize` bytes. Up to format 3 an empty
+    /// file is empty; a size that ends inside a header, nonce or tag is a truncated file
+    /// (from format 4, so is a size without a final block: an empty backing file, or one
+    /// that ends at a block boundary).
+    public func plainSize(cipherSize: Int64) throws -> Int64 {
+        if cipherSize == 0 && !endsInFinalBlock { return 0 }
         guard cipherSize >= headerSize else { throw VaultError.fileTruncated(cipherSize: cipherSize) }
         let body = cipherSize - headerSize
-        let full = body / cipherBlockSize, rest = body % cipherBlockSize
-        if rest == 0 { return full * plainBlockSize }
-        guard rest > overhead else { throw VaultError.fileTruncated(cipherSize: cipherSize) }
-        return full * plainBlockSize + rest - overhead
+        let full = body / Self.cipherBlockSize, rest = body % Self.cipherBlockSize
+        if rest == 0 && !endsInFinalBlock { return full * Self.plainBlockSize }
+        guard endsInFinalBlock ? rest >= Self.overhead : rest > Self.overhead else {
+            throw VaultError.fileTruncated(cipherSize: cipherSize)
+        }
+        return full * Self.plainBlockSize + rest - Self.overhead
     }
 
-    /// Ciphertext size of a file holding `plainSize` plaintext bytes (0 stays 0).
-    public static func cipherSize(plainSize: Int64) -> Int64 {
+    /// Ciphertext size of a file holding `plainSize` plaintext bytes (up to format 3, 0
+    /// stays 0).
+    public func cipherSize(plainSize: Int64) -> Int64 {
+        let full = plainSize / Self.plainBlockSize, rest = plainSize % Self.plainBlockSize
+        if endsInFinalBlock { return headerSize + full * Self.cipherBlockSize + rest + Self.overhead }
         if plainSize == 0 { return 0 }
-        let full = plainSize / plainBlockSize, rest = plainSize % plainBlockSize
-        return headerSize + full * cipherBlockSize + (rest > 0 ? rest + overhead : 0)
+        return headerSize + full * Self.cipherBlockSize + (rest > 0 ? rest + Self.overhead : 0)
     }
 
-    /// Plaintext length of block `index` in a file of `plainSize` bytes (0 past the end).
+    /// Plaintext length of block `index` in a file of `plainSize` bytes (0 past the end,
+    /// and for a final block that holds no byte).
     public static func blockLength(_ index: Int64, plainSize: Int64) -> Int {
         Int(max(0, min(plainBlockSize, plainSize - index * plainBlockSize)))
     }
+
+    /// Index of the final block of a file of `plainSize` bytes (format 4).
+    public static func finalBlock(plainSize: Int64) -> Int64 { plainSize / plainBlockSize }
 }

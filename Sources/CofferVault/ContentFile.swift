@@ -48,43 +48,119 @@ public struct ContentFile {
     /// The backing file, opened for reading (and writing, for writes).
     public let fd: Int32
     private let cipher: ContentCipher
+    /// The vault's block layout (its format's).
+    public let layout: BlockLayout
     private let ids: FileIDCache
     private let safety: RewriteSafety?
 
-    public init(fd: Int32, cipher: ContentCipher, ids: FileIDCache = FileIDCache(), safety: RewriteSafety? = nil) {
+    public init(fd: Int32, cipher: ContentCipher, layout: BlockLayout, ids: FileIDCache = FileIDCache(),
+                safety: RewriteSafety? = nil) {
         self.fd = fd
         self.cipher = cipher
+        self.layout = layout
         self.ids = ids
         self.safety = safety
     }
 
     /// The plaintext size, from the backing file's size.
     public func plainSize() throws -> Int64 {
-        try BlockLayout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size))
+        try layout.plainSize(cipherSize: Int64(Sys.stat(fd).st_size))
     }
 
-    /// The file ID from the header, or nil for an empty file.
+    /// The header as it is on disk (read each time: its place tag may change).
+    public func header() throws -> FileHeader {
+        var bytes = [UInt8](repeating: 0, count: Int(layout.headerSize))
+        let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: 0) }
+        if n == 0 && layout.endsInFinalBlock { throw VaultError.fileTruncated(cipherSize: 0) }
+        return try FileHeader(parsing: Array(bytes.prefix(n)), layout: layout)
+    }
+
+    /// The file ID from the header, or nil for an empty file (up to format 3; from format
+    /// 4 every file has a header).
     public func fileID() throws -> FileID? {
         if let id = ids.fileID { return id }
-        var bytes = [UInt8](repeating: 0, count: FileHeader.size)
-        let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: 0) }
-        if n == 0 { return nil }
-        let header = try FileHeader(parsing: Array(bytes.prefix(n)))
+        if !layout.endsInFinalBlock, try Sys.stat(fd).st_size == 0 { return nil }
+        let header = try header()
         ids.fileID = header.fileID
         return header.fileID
     }
 
+    /// Makes the header of an empty file up to format 3.
     private func createHeader() throws -> FileID {
-        let header = FileHeader(fileID: .random())
+        let header = FileHeader(version: layout.headerVersion, fileID: .random())
         try header.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
         ids.fileID = header.fileID
         return header.fileID
     }
 
+    /// Makes a new empty file (format 4): a header with a new file ID and the place tag
+    /// `tag` gives for it, and an empty final block, in one pwrite at offset 0 of an empty
+    /// backing file.
+    public func initialize(placeTag tag: (FileID) throws -> [UInt8]) throws {
+        precondition(layout.endsInFinalBlock)
+        let id = FileID.random()
+        let header = FileHeader(version: layout.headerVersion, fileID: id, placeTag: try tag(id))
+        let final = try sealedFinalBlock(0, length: 0, fileID: id)
+        try (header.bytes + final).withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
+        ids.fileID = id
+    }
+
+    /// Writes `tag` as the header's place tag (format 4). The file's times stay as they
+    /// were: a tag is no content, and a rename or link must not look like a change to
+    /// rsync -a, make or a backup.
+    public func setPlaceTag(_ tag: [UInt8]) throws {
+        precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize)
+        let before = try Sys.stat(fd)
+        try tag.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
+        try retryOnInterrupt("futimens") { futimens(fd, [before.st_atim, before.st_mtim]) }
+    }
+
     /// The backing file's size, and the plaintext size it means.
     private func sizes() throws -> (cipher: Int64, plain: Int64) {
         let cipher = Int64(try Sys.stat(fd).st_size)
-        return (cipher, try BlockLayout.plainSize(cipherSize: cipher))
+        return (cipher, try layout.plainSize(cipherSize: cipher))
+    }
+
+    /// The final block of `length` zero bytes (format 4), sealed as block `index`.
+    private func sealedFinalBlock(_ index: Int64, length: Int, fileID id: FileID) throws -> [UInt8] {
+        var sealed = [UInt8](repeating: 0, count: length + ContentCipher.overhead)
+        let zeros = [UInt8](repeating: 0, count: length)
+        try zeros.withUnsafeBytes { plain in
+            try sealed.withUnsafeMutableBytes { try cipher.sealFinalBlock(plain, index: UInt64(index), fileID: id, into: $0) }
+        }
+        return sealed
+    }
+
+    /// Writes a final block of `length` zero bytes as block `index` (format 4); the file
+    /// then ends with it.
+    private func writeFinalBlock(_ index: Int64, length: Int, fileID id: FileID) throws {
+        let at = layout.cipherOffset(block: index)
+        try sealedFinalBlock(index, length: length, fileID: id).withUnsafeBytes { try Sys.writeFully(fd, $0, at: at) }
+        try Sys.truncate(fd, to: at + Int64(length + ContentCipher.overhead))
+    }
+
+    /// Checks the final block (format 4): the file's length is authenticated by it, so a
+    /// file cut anywhere — at a block boundary too — fails here.
+    public func checkFinalBlock() throws {
+        guard layout.endsInFinalBlock else { return }
+        let (_, size) = try sizes()
+        guard let id = try fileID() else { return }
+        let index = BlockLayout.finalBlock(plainSize: size)
+        let length = BlockLayout.blockLength(index, plainSize: size)
+        var sealed = [UInt8](repeating: 0, count: length + ContentCipher.overhead)
+        let at = layout.cipherOffset(block: index)
+        let n = try sealed.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
+        guard n == sealed.count else { throw VaultError.fileTruncated(cipherSize: at + Int64(n)) }
+        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, length), alignment: 16)
+        defer { plain.deallocateZeroed() }
+        do {
+            try sealed.withUnsafeBytes {
+                try cipher.openFinalBlock($0, index: UInt64(index), fileID: id,
+                                          into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length]))
+            }
+        } catch is CryptoError {
+            throw VaultError.blockDamaged(blockIndex: UInt64(index))
+        }
     }
 
     // MARK: Reading
@@ -96,7 +172,7 @@ public struct ContentFile {
         guard buffer.count > 0, offset >= 0 else { return 0 }
         let first = BlockLayout.blockIndex(plainOffset: offset)
         let last = BlockLayout.blockIndex(plainOffset: offset + Int64(buffer.count) - 1)
-        let cipherStart = BlockLayout.cipherOffset(block: first)
+        let cipherStart = layout.cipherOffset(block: first)
         let scratch = UnsafeMutableRawBufferPointer.allocate(
             byteCount: Int(last - first + 1) * ContentCipher.cipherBlockSize, alignment: 16)
         defer { scratch.deallocate() }
@@ -106,7 +182,9 @@ public struct ContentFile {
         let available = full * ContentCipher.blockSize + max(0, rest - ContentCipher.overhead)
         let skip = Int(offset - first * BlockLayout.plainBlockSize)
         let wanted = min(buffer.count, available - skip)
-        if rest > 0 && rest <= ContentCipher.overhead && skip + buffer.count > available {
+        // From format 4 a final block of no bytes is nonce ‖ tag alone.
+        let cut = layout.endsInFinalBlock ? rest < ContentCipher.overhead : rest <= ContentCipher.overhead
+        if rest > 0 && cut && skip + buffer.count > available {
             // Cut inside a block's nonce or tag: the whole blocks before still read.
             throw VaultError.fileTruncated(cipherSize: cipherStart + Int64(n))
         }
@@ -151,7 +229,7 @@ public struct ContentFile {
                           into plain: UnsafeMutableRawBufferPointer? = nil) throws -> Slot {
         let length = BlockLayout.blockLength(index, plainSize: plainSize)
         var bytes = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: length))
-        let at = BlockLayout.cipherOffset(block: index)
+        let at = layout.cipherOffset(block: index)
         let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
         guard n == bytes.count else { throw VaultError.fileTruncated(cipherSize: at + Int64(n)) }
         if let plain { try bytes.withUnsafeBytes { try open($0, first: index, fileID: id, into: plain) } }
@@ -198,8 +276,8 @@ public struct ContentFile {
         // block 0, both go to the disk in one pwrite.
         var pendingHeader: FileHeader?
         let id: FileID
-        if cipherSize == 0 {
-            let header = FileHeader(fileID: .random())
+        if cipherSize == 0 && !layout.endsInFinalBlock {
+            let header = FileHeader(version: layout.headerVersion, fileID: .random())
             if first == 0 {
                 pendingHeader = header
             } else {
@@ -215,17 +293,21 @@ public struct ContentFile {
         let regionStart = first * BlockLayout.plainBlockSize
         let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
 
-        // An old partial last block before the written region becomes a full block.
+        // An old partial last block before the written region becomes a full block (from
+        // format 4, an empty final block too).
         var size = oldSize
         let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
-        if oldSize % BlockLayout.plainBlockSize != 0 && oldLast < first {
+        if (oldSize % BlockLayout.plainBlockSize != 0 || layout.endsInFinalBlock) && oldLast < first {
             try resize(oldLast, plainSize: oldSize, to: Int(BlockLayout.plainBlockSize), fileID: id, undo: &undo)
             size = (oldLast + 1) * BlockLayout.plainBlockSize
         }
+        // From format 4 a file that grows to a block boundary ends in an empty final block.
+        let finalAfter = layout.endsInFinalBlock && end > size && end % BlockLayout.plainBlockSize == 0
 
         if offset == regionStart && end == regionEnd {
             // Whole blocks (or a new tail): seal straight from the caller's buffer.
-            return try commit(data, firstBlock: first, fileID: id, header: pendingHeader, plainSize: size, kept: [], undo: &undo)
+            return try commit(data, firstBlock: first, fileID: id, header: pendingHeader, plainSize: size, kept: [],
+                              finalAfter: finalAfter, undo: &undo)
         }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
         defer { plain.deallocateZeroed() }
@@ -245,24 +327,28 @@ public struct ContentFile {
         }
         (plain.baseAddress! + Int(offset - regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
         try commit(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id, header: pendingHeader, plainSize: size,
-                   kept: kept, undo: &undo)
+                   kept: kept, finalAfter: finalAfter, undo: &undo)
     }
 
     /// Seals `plain` as the blocks from `firstBlock` of a file now `plainSize` bytes long
     /// and writes them in one pwrite, after `header` if one is given (then `firstBlock`
-    /// is 0). The old slots it keeps bytes of (`kept`), and those of blocks that have an
-    /// undo record, are recorded in the journal first; `undo` learns what to put back.
+    /// is 0), and with `finalAfter` an empty final block after them (format 4: `plain`
+    /// ends the file at a block boundary). The old slots it keeps bytes of (`kept`), and
+    /// those of blocks that have an undo record, are recorded in the journal first;
+    /// `undo` learns what to put back.
     private func commit(_ plain: UnsafeRawBufferPointer, firstBlock: Int64, fileID id: FileID, header: FileHeader?,
-                        plainSize: Int64, kept: [Slot], undo: inout Undo) throws {
-        let prefix = header == nil ? 0 : FileHeader.size
-        let sealed = UnsafeMutableRawBufferPointer.allocate(
-            byteCount: prefix + ContentCipher.cipherLength(plainLength: plain.count), alignment: 16)
+                        plainSize: Int64, kept: [Slot], finalAfter: Bool = false, undo: inout Undo) throws {
+        let prefix = header?.bytes.count ?? 0
+        let length = ContentCipher.cipherLength(plainLength: plain.count)
+        let lastBlock = firstBlock + Int64((plain.count - 1) / ContentCipher.blockSize)
+        let final = finalAfter ? try sealedFinalBlock(lastBlock + 1, length: 0, fileID: id) : []
+        let sealed = UnsafeMutableRawBufferPointer.allocate(byteCount: prefix + length + final.count, alignment: 16)
         defer { sealed.deallocate() }
         if let header { header.bytes.withUnsafeBytes { sealed.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: prefix) } }
         try cipher.sealInParallel(plain, firstBlock: UInt64(firstBlock), fileID: id,
-                              into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix...]))
-        let start = BlockLayout.cipherOffset(block: firstBlock) - Int64(prefix)
-        let lastBlock = firstBlock + Int64((plain.count - 1) / ContentCipher.blockSize)
+                              into: UnsafeMutableRawBufferPointer(rebasing: sealed[prefix..<prefix + length]))
+        final.withUnsafeBytes { (sealed.baseAddress! + prefix + length).copyMemory(from: $0.baseAddress!, byteCount: final.count) }
+        let start = layout.cipherOffset(block: firstBlock) - Int64(prefix)
 
         // What a failure puts back: the slots recorded, and all that was overwritten
         // when the write also grows the file.
@@ -273,22 +359,22 @@ public struct ContentFile {
                 slots.append(try readSlot(block, plainSize: plainSize, fileID: id))
             }
         }
-        let cipherSize = BlockLayout.cipherSize(plainSize: plainSize)
+        let cipherSize = layout.cipherSize(plainSize: plainSize)
         if start + Int64(sealed.count) > cipherSize && start < cipherSize
-            && !(slots.count == 1 && BlockLayout.cipherOffset(block: slots[0].index) == start
+            && !(slots.count == 1 && layout.cipherOffset(block: slots[0].index) == start
                  && Int64(slots[0].bytes.count) == cipherSize - start) {
             var old = [UInt8](repeating: 0, count: Int(cipherSize - start))
             _ = try old.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: start) }
             undo.slots.append((start, old))
         }
-        undo.slots += slots.map { (BlockLayout.cipherOffset(block: $0.index), $0.bytes) }
+        undo.slots += slots.map { (layout.cipherOffset(block: $0.index), $0.bytes) }
 
         let write = { try Sys.writeFully(self.fd, UnsafeRawBufferPointer(sealed), at: start) }
         // Blocks that keep bytes they may have held at the last fsync.
         let keepingDurable = kept.map(\.index).filter { safety?.volatile.contains($0) == false }
         if let safety, !slots.isEmpty {
             let records = slots.map { slot -> UndoJournal.Record in
-                let at = Int(BlockLayout.cipherOffset(block: slot.index) - start)
+                let at = Int(layout.cipherOffset(block: slot.index) - start)
                 return UndoJournal.Record(fileID: id, block: slot.index, oldLength: slot.length,
                                           newNonce: Array(sealed[at..<at + ContentCipher.nonceSize]), sealed: slot.bytes)
             }
@@ -322,21 +408,29 @@ public struct ContentFile {
         defer { plain.deallocateZeroed() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
         let oldLength = BlockLayout.blockLength(index, plainSize: plainSize)
-        let slot = try readSlot(index, plainSize: plainSize, fileID: id,
-                                into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<oldLength]))
+        // An empty final block (format 4) has no bytes to keep.
+        let kept = oldLength == 0 ? [] : [try readSlot(index, plainSize: plainSize, fileID: id,
+                                                       into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<oldLength]))]
         try commit(UnsafeRawBufferPointer(rebasing: plain[0..<newLength]), firstBlock: index, fileID: id, header: nil,
-                   plainSize: plainSize, kept: [slot], undo: &undo)
+                   plainSize: plainSize, kept: kept, undo: &undo)
     }
 
     /// Sets the plaintext size. Growing leaves holes (no encrypted zeros are written
     /// beyond the old last block); shrinking re-seals the new last block if it is partial.
     /// If it fails (ENOSPC), the file is as it was.
     public func truncate(to newSize: Int64) throws {
-        // Emptying needs no block, so it works on a damaged file too.
+        // Emptying needs no block, so it works on a damaged file too (from format 4, one
+        // whose header is intact: the header stays, with the file's place).
         if newSize == 0 {
-            try Sys.truncate(fd, to: 0)
-            ids.fileID = nil
-            return
+            guard layout.endsInFinalBlock else {
+                try Sys.truncate(fd, to: 0)
+                ids.fileID = nil
+                return
+            }
+            let id = try header().fileID
+            ids.fileID = id
+            try Sys.truncate(fd, to: layout.headerSize)
+            return try writeFinalBlock(0, length: 0, fileID: id)
         }
         try BlockLayout.checkSize(newSize)
         let (cipherSize, oldSize) = try sizes()
@@ -344,7 +438,9 @@ public struct ContentFile {
         var undo = Undo(cipherSize: cipherSize)
         do {
             let id = try fileID() ?? createHeader()
-            if newSize < oldSize {
+            if layout.endsInFinalBlock {
+                try truncateEndingInFinalBlock(to: newSize, from: oldSize, fileID: id, undo: &undo)
+            } else if newSize < oldSize {
                 let index = BlockLayout.blockIndex(plainOffset: newSize)
                 let keep = Int(newSize % BlockLayout.plainBlockSize)
                 if keep != 0 { try resize(index, plainSize: oldSize, to: keep, fileID: id, undo: &undo) }
@@ -353,10 +449,36 @@ public struct ContentFile {
                 try resize(index, plainSize: oldSize, to: BlockLayout.blockLength(index, plainSize: newSize),
                            fileID: id, undo: &undo)
             }
-            try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: newSize))
+            try Sys.truncate(fd, to: layout.cipherSize(plainSize: newSize))
         } catch {
             restore(undo)
             throw error
+        }
+    }
+
+    /// `truncate` from format 4: the file ends in a final block of newSize mod 4096 bytes.
+    /// Shrinking to a block boundary cuts the file first and then writes the empty final
+    /// block (a crash between leaves a cut that the crash check repairs, never a block
+    /// half overwritten); growing seals the old final block at full length (or at its
+    /// new length, within one block) and writes the new final block, which extends the
+    /// file with holes between.
+    private func truncateEndingInFinalBlock(to newSize: Int64, from oldSize: Int64, fileID id: FileID,
+                                            undo: inout Undo) throws {
+        let oldFinal = BlockLayout.finalBlock(plainSize: oldSize), newFinal = BlockLayout.finalBlock(plainSize: newSize)
+        let newLength = BlockLayout.blockLength(newFinal, plainSize: newSize)
+        if newSize < oldSize {
+            if newLength != 0 {
+                try resize(newFinal, plainSize: oldSize, to: newLength, fileID: id, undo: &undo)
+                try Sys.truncate(fd, to: layout.cipherSize(plainSize: newSize))
+            } else {
+                try Sys.truncate(fd, to: layout.cipherOffset(block: newFinal))
+                try writeFinalBlock(newFinal, length: 0, fileID: id)
+            }
+        } else if newFinal == oldFinal {
+            try resize(oldFinal, plainSize: oldSize, to: newLength, fileID: id, undo: &undo)
+        } else {
+            try resize(oldFinal, plainSize: oldSize, to: Int(BlockLayout.plainBlockSize), fileID: id, undo: &undo)
+            try writeFinalBlock(newFinal, length: newLength, fileID: id)
         }
     }
 
@@ -375,7 +497,7 @@ public struct ContentFile {
                 _ = try probe.withUnsafeMutableBytes { try read(into: $0, at: block * BlockLayout.plainBlockSize) }
                 continue
             } catch is VaultError {}
-            let at = BlockLayout.cipherOffset(block: block)
+            let at = layout.cipherOffset(block: block)
             var nonce = [UInt8](repeating: 0, count: ContentCipher.nonceSize)
             _ = try nonce.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
             let opens = { (record: UndoJournal.Record) -> Bool in
@@ -410,11 +532,22 @@ extension ContentFile {
     /// bytes is rewritten only under an undo record, applied before this), the number of
     /// plaintext bytes the file keeps — up to the end of its last block that opens — and
     /// with `repair` the file is cut there. Nil if the last block opens, or if more than
-    /// `tornTailLimit` blocks fail (damage, left as it is).
+    /// `tornTailLimit` blocks fail (damage, left as it is). From format 4 the file then
+    /// ends in a new empty final block: what the crash left without one (a file cut at a
+    /// block boundary, or whose final block is torn) is cut back to its last whole block
+    /// that opens.
     public func tornTail(repair: Bool) throws -> Int64? {
         let cipherSize = Int64(try Sys.stat(fd).st_size)
-        guard cipherSize > BlockLayout.headerSize else { return nil }
-        let blocks = (cipherSize - BlockLayout.headerSize + BlockLayout.cipherBlockSize - 1) / BlockLayout.cipherBlockSize
+        let ending = layout.endsInFinalBlock
+        if ending {
+            guard cipherSize >= layout.headerSize, (try? fileID()) != nil, (try? checkFinalBlock()) == nil else { return nil }
+        } else {
+            guard cipherSize > layout.headerSize else { return nil }
+        }
+        // Slots on the disk: from format 4 only whole ones count (the final block failed).
+        let body = cipherSize - layout.headerSize
+        let blocks = ending ? body / BlockLayout.cipherBlockSize
+                            : (body + BlockLayout.cipherBlockSize - 1) / BlockLayout.cipherBlockSize
         var probe = [UInt8](repeating: 0, count: 1)
         var kept = blocks
         while kept > 0 {
@@ -426,9 +559,14 @@ extension ContentFile {
                 if blocks - kept > Int64(Self.tornTailLimit) { return nil }
             }
         }
-        guard kept < blocks else { return nil }
+        guard kept < blocks || ending else { return nil }
         if repair {
-            try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: kept * BlockLayout.plainBlockSize))
+            if ending, let id = try fileID() {
+                try Sys.truncate(fd, to: layout.cipherOffset(block: kept))
+                try writeFinalBlock(kept, length: 0, fileID: id)
+            } else {
+                try Sys.truncate(fd, to: layout.cipherSize(plainSize: kept * BlockLayout.plainBlockSize))
+            }
             try retryOnInterrupt("fdatasync") { fdatasync(fd) }
         }
         return kept * BlockLayout.plainBlockSize

@@ -1,29 +1,42 @@
-// FileHeader is the 18 bytes at the start of every non-empty content file:
-// format version (UInt16, big-endian) ‖ random 16-byte file ID.
+// FileHeader is the start of every content file: format version (UInt16, big-endian) ‖
+// random 16-byte file ID, and from header version 2 (vault format 4) the 16-byte place
+// tag that binds the content to its entry (docs/FORMAT.md §4).
 import CofferCrypto
 
 public struct FileHeader: Equatable {
-    /// Header version written by this build.
-    public static let currentVersion: UInt16 = 1
-    /// Bytes on disk: 2 (version) + 16 (file ID).
-    public static let size = 2 + FileID.size
+    /// Bytes on disk of a header of `version`: 2 (version) + 16 (file ID) [+ 16 (place tag)].
+    public static func size(version: UInt16) -> Int { 2 + FileID.size + (version >= 2 ? PlaceMAC.tagSize : 0) }
+    /// Offset of the place tag in a version-2 header.
+    public static let placeTagOffset = 2 + FileID.size
 
+    public let version: UInt16
     public let fileID: FileID
+    /// The place tag (version 2), else nil.
+    public var placeTag: [UInt8]?
 
-    public init(fileID: FileID) { self.fileID = fileID }
+    public init(version: UInt16, fileID: FileID, placeTag: [UInt8]? = nil) {
+        precondition((version >= 2) == (placeTag?.count == PlaceMAC.tagSize))
+        self.version = version
+        self.fileID = fileID
+        self.placeTag = placeTag
+    }
 
-    public init(parsing bytes: [UInt8]) throws {
-        guard bytes.count == Self.size else {
-            throw VaultError.fileHeaderDamaged(reason: "\(bytes.count) bytes instead of \(Self.size)")
+    /// Parses the header of `layout`'s version.
+    public init(parsing bytes: [UInt8], layout: BlockLayout) throws {
+        let size = Int(layout.headerSize)
+        guard bytes.count == size else {
+            throw VaultError.fileHeaderDamaged(reason: "\(bytes.count) bytes instead of \(size)")
         }
         let version = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
-        guard version == Self.currentVersion else {
+        guard version == layout.headerVersion else {
             throw VaultError.fileHeaderDamaged(reason: "unknown header version \(version)")
         }
-        fileID = FileID(bytes: Array(bytes[2...]))
+        self.version = version
+        fileID = FileID(bytes: Array(bytes[2..<Self.placeTagOffset]))
+        placeTag = version >= 2 ? Array(bytes[Self.placeTagOffset...]) : nil
     }
 
     public var bytes: [UInt8] {
-        [UInt8(Self.currentVersion >> 8), UInt8(Self.currentVersion & 0xff)] + fileID.bytes
+        [UInt8(version >> 8), UInt8(version & 0xff)] + fileID.bytes + (placeTag ?? [])
     }
 }

@@ -47,6 +47,8 @@ public final class VaultChecker {
     private var root: Int32 { vault.root.rawValue }
     private let keys: KeySet
     private let codecs: VaultCodecs
+    /// The block layout of the vault's format.
+    private let layout: BlockLayout
     public private(set) var summary = VaultCheckSummary()
     private let report: (VaultProblem) -> Void
     private let progress: (VaultCheckSummary) -> Void
@@ -62,6 +64,7 @@ public final class VaultChecker {
         self.repair = repair
         keys = vault.keys(from: master)
         codecs = VaultCodecs(keys, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
+        layout = BlockLayout.of(format: vault.config.format)
         self.report = { problem in report(problem) }
         self.progress = progress
     }
@@ -92,6 +95,8 @@ public final class VaultChecker {
         for entry in entries {
             let name = try codecs.names.backingName(for: Array("#\(entry.ino)".utf8), dirIV: targetIV)
             try NameTransform.writeSidecar(name, in: target.rawValue)
+            // Its old place cannot be checked any more (its name was under the lost IV).
+            if entry.type == UInt8(DT_REG) { try bind(entry.name, in: dir, to: Place(dirIV: targetIV, name: Array("#\(entry.ino)".utf8))) }
             try Sys.rename(entry.name, in: dir, to: name.name, in: target.rawValue, flags: RENAME_NOREPLACE)
             NameTransform.removeSidecar(ofEntry: entry.name, in: dir)
         }
@@ -231,7 +236,8 @@ public final class VaultChecker {
                     let fd = try FileDescriptor.open(entry.name, in: dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
                     checkDirectory(fd.rawValue, path: childPath)
                 case S_IFREG:
-                    checkFile(entry.name, in: dir, path: childPath)
+                    checkFile(entry.name, in: dir, path: childPath,
+                              places: Place.candidates(shownAs: name, ivs: [iv] + alternates.map(\.iv)))
                 case S_IFLNK:
                     do {
                         let linkTarget = try Sys.readlink(entry.name, in: dir)
@@ -249,7 +255,45 @@ public final class VaultChecker {
         }
     }
 
-    private func checkFile(_ backingName: String, in dir: Int32, path: String) {
+    /// Binds the content of backing file `name` of `dir` (format 4) to `place`, whatever
+    /// its tag says now (a repair that moves it where its old place cannot be checked).
+    private func bind(_ name: String, in dir: Int32, to place: Place) throws {
+        guard layout.endsInFinalBlock else { return }
+        let fd = try FileDescriptor.openRegular(name, in: dir, flags: O_RDWR)
+        let file = ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout)
+        let header = try file.header()
+        let tag = try keys.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
+        try PlaceBinding.rewrite(file, from: header.placeTag ?? tag, to: tag)
+    }
+
+    /// From format 4: the content of `file` must belong to one of `places`, and its final
+    /// block must open. After a crash, a file whose header never reached the disk (empty)
+    /// and a header left stale by a rename are leftovers. False if the file is damaged
+    /// (reported).
+    private func checkPlace(_ file: ContentFile, path: String, places: [Place]) -> Bool {
+        guard layout.endsInFinalBlock else { return true }
+        if let journal, journal.foundAtOpen, (try? Sys.stat(file.fd).st_size) == 0, let place = places.first {
+            leftover(path, "made just before a crash, which kept none of its content; the mount makes it an empty file") {
+                try file.initialize { try self.keys.places.tag(fileID: $0.bytes, dirIV: place.dirIV, name: place.name) }
+            }
+            return false
+        }
+        do {
+            let header = try file.header()
+            if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattr: PlaceBinding.xattr(of: file.fd),
+                                                             macs: keys.places) {
+                leftover(path, "its header still names the place it had before a rename that a crash interrupted; the mount mends it") {
+                    try file.setPlaceTag(tag)
+                }
+            }
+            return true
+        } catch {
+            problem(path, "\(error)")
+            return false
+        }
+    }
+
+    private func checkFile(_ backingName: String, in dir: Int32, path: String, places: [Place]) {
         summary.files += 1
         let fd: FileDescriptor
         do { fd = try FileDescriptor.openRegular(backingName, in: dir, flags: repair ? O_RDWR : O_RDONLY) } catch {
@@ -257,7 +301,8 @@ public final class VaultChecker {
         }
         checkXattrs(Sys.procPath(fd.rawValue), path: path)
         // Borrows fd, which lives to the end of this function.
-        let file = ContentFile(fd: fd.rawValue, cipher: keys.content)
+        let file = ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout)
+        guard checkPlace(file, path: path, places: places) else { return }
         // Blocks a crash tore that the undo journal puts back are leftovers, not damage.
         var torn: Set<UInt64> = []
         if let journal, journal.hasPending, let id = try? file.fileID() {
@@ -280,6 +325,10 @@ public final class VaultChecker {
         }
         let size: Int64
         do { size = try tornTail ?? file.plainSize() } catch { return problem(path, "\(error)") }
+        if tornTail == nil {
+            // The final block authenticates the length (format 4).
+            do { try file.checkFinalBlock() } catch { problem(path, "\(error)") }
+        }
         // Block by block, so that every damaged block is named, not only the first.
         let chunk = Int(BlockLayout.plainBlockSize)
         var buffer = [UInt8](repeating: 0, count: chunk)
@@ -304,7 +353,7 @@ public final class VaultChecker {
 
     private func checkXattrs(_ procPath: String, path: String) {
         guard let list = try? Sys.listXattrs(procPath) else { return }
-        for backing in list where backing.hasPrefix(XattrCodec.backingPrefix) {
+        for backing in list where backing.hasPrefix(XattrCodec.backingPrefix) && backing != PlaceBinding.xattrName {
             guard codecs.xattrs.plaintextName(ofBacking: backing) != nil else {
                 problem(path, "xattr name failed authentication", backingName: backing)
                 continue

@@ -12,10 +12,11 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// Whether backing entry `name` is a sync engine's conflict copy of the config.
     public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
     /// The newest format version this build writes (docs/FORMAT.md).
-    public static let currentFormat = 3
+    public static let currentFormat = 4
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
-    /// targets, 2 from 3 only in having no AES-256-GCM.
-    public static let supportedFormats = 1...3
+    /// targets, 2 from 3 only in having no AES-256-GCM, 3 from 4 in binding content to
+    /// its place and authenticating its length (BlockLayout, PlaceBinding).
+    public static let supportedFormats = 1...4
 
     /// The oldest format that has `cipher`.
     public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {
@@ -25,10 +26,10 @@ public struct VaultConfig: Codable, Equatable, Sendable {
         }
     }
 
-    /// The format a new vault with `cipher` is written in: the oldest that has the
-    /// cipher and long symlink targets, so that no older coffer that could read the
-    /// vault is made to refuse it.
-    public static func defaultFormat(for cipher: ContentAlgorithm) -> Int { max(2, minimumFormat(for: cipher)) }
+    /// The format a new vault is written in: the newest, whose content is bound to its
+    /// place and whose length is authenticated (`coffer init --format` makes an older
+    /// one, for a machine whose coffer knows only that).
+    public static func defaultFormat(for cipher: ContentAlgorithm) -> Int { currentFormat }
 
     public struct KDF: Codable, Equatable, Sendable {
         public var algorithm: String

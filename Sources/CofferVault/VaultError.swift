@@ -40,6 +40,9 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case fileHeaderDamaged(reason: String)
     /// A ciphertext file's length is impossible (cut inside a block's nonce or tag).
     case fileTruncated(cipherSize: Int64)
+    /// The content's place tag fits neither the entry's name nor its directory (format 4):
+    /// content copied or moved there from another name or directory.
+    case placeMismatch
     /// A content block failed authentication.
     case blockDamaged(blockIndex: UInt64)
     /// A backing name failed to decrypt or authenticate.
@@ -82,7 +85,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .notADirectory(let path): return "\(path) is not a directory"
         case .pathTooLong(let path): return PathText.tooLong(path)
         case .fileHeaderDamaged(let reason): return "file header damaged: \(reason)"
-        case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block"
+        case .placeMismatch: return "its content belongs to another name or directory (copied or moved there from outside the mount)"
+        case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block (or, from format 4, ends without a final block)"
         case .blockDamaged(let index): return "block \(index) failed authentication"
         case .nameDamaged(let name): return "encrypted name \(name) failed authentication"
         case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"

@@ -229,7 +229,7 @@ final class PlainFileSystemTests: XCTestCase {
         })
         var st = stat()
         stat(backingFile, &st)
-        XCTAssertEqual(truncate(backingFile, off_t(BlockLayout.headerSize + BlockLayout.cipherBlockSize + 5)), 0)
+        XCTAssertEqual(truncate(backingFile, off_t(BlockLayout.unbound.headerSize + BlockLayout.cipherBlockSize + 5)), 0)
 
         let before = openDescriptors()
         for _ in 0..<20 {

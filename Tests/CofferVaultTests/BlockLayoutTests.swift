@@ -4,12 +4,12 @@ import XCTest
 
 final class BlockLayoutTests: XCTestCase {
     func testKnownSizes() throws {
-        XCTAssertEqual(BlockLayout.cipherSize(plainSize: 0), 0)
-        XCTAssertEqual(BlockLayout.cipherSize(plainSize: 1), 18 + 41)
-        XCTAssertEqual(BlockLayout.cipherSize(plainSize: 4096), 18 + 4136)
-        XCTAssertEqual(BlockLayout.cipherSize(plainSize: 4097), 18 + 4136 + 41)
-        XCTAssertEqual(try BlockLayout.plainSize(cipherSize: 18), 0)
-        XCTAssertEqual(BlockLayout.cipherOffset(block: 2), 18 + 2 * 4136)
+        XCTAssertEqual(BlockLayout.unbound.cipherSize(plainSize: 0), 0)
+        XCTAssertEqual(BlockLayout.unbound.cipherSize(plainSize: 1), 18 + 41)
+        XCTAssertEqual(BlockLayout.unbound.cipherSize(plainSize: 4096), 18 + 4136)
+        XCTAssertEqual(BlockLayout.unbound.cipherSize(plainSize: 4097), 18 + 4136 + 41)
+        XCTAssertEqual(try BlockLayout.unbound.plainSize(cipherSize: 18), 0)
+        XCTAssertEqual(BlockLayout.unbound.cipherOffset(block: 2), 18 + 2 * 4136)
         XCTAssertEqual(BlockLayout.blockIndex(plainOffset: 4095), 0)
         XCTAssertEqual(BlockLayout.blockIndex(plainOffset: 4096), 1)
     }
@@ -17,13 +17,32 @@ final class BlockLayoutTests: XCTestCase {
     func testRoundTripForManySizes() throws {
         for size in Array(0...9000) + [1 << 20, (1 << 30) + 3, 10 << 30] {
             let s = Int64(size)
-            XCTAssertEqual(try BlockLayout.plainSize(cipherSize: BlockLayout.cipherSize(plainSize: s)), s)
+            XCTAssertEqual(try BlockLayout.unbound.plainSize(cipherSize: BlockLayout.unbound.cipherSize(plainSize: s)), s)
         }
     }
 
     func testImpossibleSizesAreTruncation() {
         for bad: Int64 in [1, 17, 18 + 1, 18 + 40, 18 + 4136 + 40] {
-            XCTAssertThrowsError(try BlockLayout.plainSize(cipherSize: bad), "\(bad)") {
+            XCTAssertThrowsError(try BlockLayout.unbound.plainSize(cipherSize: bad), "\(bad)") {
+                XCTAssertEqual($0 as? VaultError, .fileTruncated(cipherSize: bad))
+            }
+        }
+    }
+
+    /// Format 4: a header of 34 bytes and a final block of n mod 4096 bytes (nonce ‖ tag
+    /// alone for 0): every size a writer leaves ends in one, so no cut at a block
+    /// boundary, or to nothing, is a size of any file.
+    func testFormat4Sizes() throws {
+        let layout = BlockLayout.bound
+        XCTAssertEqual(layout.cipherSize(plainSize: 0), 34 + 40)
+        XCTAssertEqual(layout.cipherSize(plainSize: 1), 34 + 41)
+        XCTAssertEqual(layout.cipherSize(plainSize: 4096), 34 + 4136 + 40)
+        XCTAssertEqual(layout.cipherOffset(block: 2), 34 + 2 * 4136)
+        for size in Array(0...9000) + [1 << 20, (1 << 30) + 3] {
+            XCTAssertEqual(try layout.plainSize(cipherSize: layout.cipherSize(plainSize: Int64(size))), Int64(size))
+        }
+        for bad: Int64 in [0, 1, 34, 34 + 39, 34 + 4136, 34 + 4136 + 39, 34 + 2 * 4136] {
+            XCTAssertThrowsError(try layout.plainSize(cipherSize: bad), "\(bad)") {
                 XCTAssertEqual($0 as? VaultError, .fileTruncated(cipherSize: bad))
             }
         }

@@ -1,19 +1,29 @@
 // Tests of random-access content I/O on a real backing file: boundaries, a random
 // model check, holes, and damage (tamper, swap, move, truncation).
 import CofferCrypto
+import CofferSystem
 @testable import CofferVault
 import Glibc
 import TestSupport
 import XCTest
 
-final class ContentFileTests: XCTestCase {
+class ContentFileTests: XCTestCase {
     let cipher = ContentCipher(key: .random(count: 32))
     var dir: TempDirectory!
 
     override func setUp() { dir = TempDirectory() }
     override func tearDown() { dir = nil }
 
-    func file(_ name: String = "f") -> ContentFile { ContentFile(fd: dir.openFile(name), cipher: cipher) }
+    /// The layout under test: formats 1–3 here, format 4 in ContentFileFormat4Tests.
+    class var layout: BlockLayout { .unbound }
+
+    func file(_ name: String = "f") -> ContentFile {
+        let file = ContentFile(fd: dir.openFile(name), cipher: cipher, layout: Self.layout)
+        if Self.layout.endsInFinalBlock, (try? Sys.stat(file.fd).st_size) == 0 {
+            XCTAssertNoThrow(try file.initialize { _ in [UInt8](repeating: 7, count: PlaceMAC.tagSize) })
+        }
+        return file
+    }
 
     func readAll(_ f: ContentFile) throws -> [UInt8] {
         let size = Int(try f.plainSize())
@@ -103,7 +113,7 @@ final class ContentFileTests: XCTestCase {
         try f.truncate(to: 1 << 30)
         var st = stat()
         fstat(f.fd, &st)
-        XCTAssertEqual(st.st_size, Int(BlockLayout.cipherSize(plainSize: 1 << 30)))
+        XCTAssertEqual(st.st_size, Int(Self.layout.cipherSize(plainSize: 1 << 30)))
         XCTAssertLessThan(st.st_blocks * 512, 1 << 20, "a 1 GiB sparse file stays small on disk")
         XCTAssertEqual(try read(f, 8, at: 0), Array("head".utf8) + [0, 0, 0, 0])
         XCTAssertEqual(try read(f, 5000, at: 500 << 20), [UInt8](repeating: 0, count: 5000))
@@ -111,12 +121,14 @@ final class ContentFileTests: XCTestCase {
         XCTAssertEqual(try read(f, 2, at: (1 << 30) - 2), [0, 9])
     }
 
-    func testEmptyFileHasNoHeader() throws {
+    /// Up to format 3 an emptied file has no header; from format 4 it keeps its header
+    /// (its file ID and place) and an empty final block.
+    func testEmptiedFileKeepsOnlyWhatItsLayoutNeeds() throws {
         let f = file()
         XCTAssertEqual(try f.plainSize(), 0)
         try write(f, [1, 2, 3], at: 0)
         try f.truncate(to: 0)
-        XCTAssertEqual(dir.read("f").count, 0)
+        XCTAssertEqual(Int64(dir.read("f").count), Self.layout.cipherSize(plainSize: 0))
         XCTAssertEqual(try read(f, 10, at: 0), [])
     }
 
@@ -147,7 +159,7 @@ final class ContentFileTests: XCTestCase {
         XCTAssertThrowsError(try read(f, 10, at: 0)) { XCTAssertEqual($0 as? VaultError, .blockDamaged(blockIndex: 0)) }
         let (g, _) = try makeDamagedCopy { $0[1] ^= 0x01 }  // the version
         XCTAssertThrowsError(try read(g, 10, at: 0)) {
-            XCTAssertEqual($0 as? VaultError, .fileHeaderDamaged(reason: "unknown header version 0"))
+            XCTAssertEqual($0 as? VaultError, .fileHeaderDamaged(reason: "unknown header version \(Self.layout.headerVersion ^ 1)"))
         }
     }
 
@@ -177,5 +189,49 @@ final class ContentFileTests: XCTestCase {
         XCTAssertThrowsError(try g.plainSize()) {
             guard case .fileTruncated = $0 as? VaultError else { return XCTFail("\($0)") }
         }
+    }
+}
+
+/// Every test above again on format 4's layout (a header with the place tag, and a final
+/// block that authenticates the length), and what only that layout promises.
+final class ContentFileFormat4Tests: ContentFileTests {
+    override class var layout: BlockLayout { .bound }
+
+    /// A cut at any byte — a block boundary, the final block's start, nothing left — no
+    /// longer reads as a shorter file: the size is refused or the final block fails.
+    func testACutAnywhereIsDetected() throws {
+        for size in [0, 1, 100, 4095, 4096, 4097, 8192, 10000] {
+            let f = file("s\(size)")
+            try write(f, Sodium.randomArray(count: size), at: 0)
+            XCTAssertNoThrow(try f.checkFinalBlock(), "size \(size)")
+            let cipherSize = Int64(try Sys.stat(f.fd).st_size)
+            XCTAssertEqual(cipherSize, Self.layout.cipherSize(plainSize: Int64(size)))
+            for cut in Set([0, Self.layout.headerSize, cipherSize - 1, cipherSize - 40, cipherSize - 41,
+                            Self.layout.cipherOffset(block: 1), Self.layout.cipherOffset(block: 2)]) where cut >= 0 && cut < cipherSize {
+                let copy = file("s\(size)-cut\(cut)")
+                var bytes = [UInt8](repeating: 0, count: Int(cut))
+                _ = try bytes.withUnsafeMutableBytes { try Sys.readFully(f.fd, into: $0, at: 0) }
+                try Sys.truncate(copy.fd, to: 0)
+                try bytes.withUnsafeBytes { try Sys.writeFully(copy.fd, $0, at: 0) }
+                XCTAssertThrowsError(try copy.checkFinalBlock(), "size \(size) cut at \(cut)")
+                close(copy.fd)
+            }
+            close(f.fd)
+        }
+    }
+
+    /// Zeros appended after the final block, or a final block replaced by zeros, are
+    /// refused: the final block is never a hole.
+    func testZerosAtTheEndAreRefused() throws {
+        let f = file()
+        try write(f, Sodium.randomArray(count: 5000), at: 0)
+        let size = Int64(try Sys.stat(f.fd).st_size)
+        try Sys.truncate(f.fd, to: size + 4136)
+        XCTAssertThrowsError(try f.checkFinalBlock())
+        try Sys.truncate(f.fd, to: size)
+        XCTAssertNoThrow(try f.checkFinalBlock())
+        let zeros = [UInt8](repeating: 0, count: Int(size - Self.layout.cipherOffset(block: 1)))
+        try zeros.withUnsafeBytes { try Sys.writeFully(f.fd, $0, at: Self.layout.cipherOffset(block: 1)) }
+        XCTAssertThrowsError(try f.checkFinalBlock())
     }
 }

@@ -33,8 +33,24 @@ final class FormatVectorTests: XCTestCase {
                 try keys.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID, nonce: bytes(from: 0x40, count: 24), into: $0)
             }
         }
-        out.append(("content_file_header", hex(FileHeader(fileID: fileID).bytes)))
+        out.append(("content_file_header", hex(FileHeader(version: 1, fileID: fileID).bytes)))
         out.append(("content_block_3", hex(block)))
+        // Format 4: the file's place (directory IV f0 … ff, name hello.txt), its tag with
+        // hard links, the header carrying the place tag, and the empty final block 1 of
+        // a file of 4096 bytes (nonce 40 … 57).
+        let placeTag = try keys.places.tag(fileID: fileID.bytes, dirIV: bytes(from: 0xf0, count: 16), name: Array("hello.txt".utf8))
+        out.append(("place_tag", hex(placeTag)))
+        out.append(("place_tag_linked", hex(try keys.places.linkedTag(fileID: fileID.bytes))))
+        out.append(("content_file_header_v2", hex(FileHeader(version: 2, fileID: fileID, placeTag: placeTag).bytes)))
+        var final = [UInt8](repeating: 0, count: 40)
+        var nothing: UInt8 = 0
+        try withUnsafeMutablePointer(to: &nothing) { dummy in
+            try final.withUnsafeMutableBytes {
+                try keys.content.sealBlockWithFixedNonce(UnsafeRawBufferPointer(start: dummy, count: 0), blockIndex: 1, fileID: fileID,
+                                                         nonce: bytes(from: 0x40, count: 24), into: $0)
+            }
+        }
+        out.append(("content_final_block_1_empty", hex(final)))
         // The same block under AES-256-GCM (format 3): nonce 40 … 4b, then 12 zero bytes.
         if ContentAlgorithm.aes256gcm.isAvailable {
             let aes = KeySet(master: master, content: .aes256gcm)

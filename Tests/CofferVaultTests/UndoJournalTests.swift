@@ -33,14 +33,14 @@ final class UndoJournalTests: XCTestCase {
         let journal = try UndoJournal(directory: dir.fd)
         let volatile = VolatileBlocks()
         let fd = dir.openFile("log")
-        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
+        let f = ContentFile(fd: fd, cipher: cipher, layout: .unbound, safety: RewriteSafety(journal: journal, volatile: volatile))
         let synced = Sodium.randomArray(count: 3880)
         try write(f, synced, at: 0)
         volatile.removeAll()  // fsync
         try write(f, Sodium.randomArray(count: 1000), at: 3880)
         XCTAssertGreaterThan(journalSize, UndoJournal.ringSlots * UndoJournal.recordSize, "a durable record")
-        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3880))
-        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
+        try Sys.truncate(fd, to: BlockLayout.unbound.cipherSize(plainSize: 3880))
+        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher, layout: .unbound)))
         return (fd, synced)
     }
 
@@ -48,7 +48,7 @@ final class UndoJournalTests: XCTestCase {
         let (fd, synced) = try tornAppend()
         defer { close(fd) }
         let restarted = try UndoJournal(directory: dir.fd)
-        let f = ContentFile(fd: fd, cipher: cipher)
+        let f = ContentFile(fd: fd, cipher: cipher, layout: .unbound)
         let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
         XCTAssertEqual(try f.tornBlocks(records, repair: false), [0])
         XCTAssertThrowsError(try readAll(f), "checking repairs nothing")
@@ -62,7 +62,7 @@ final class UndoJournalTests: XCTestCase {
         let journal = try UndoJournal(directory: dir.fd)
         let volatile = VolatileBlocks()
         let fd = dir.openFile("wal")
-        let f = ContentFile(fd: fd, cipher: cipher, safety: RewriteSafety(journal: journal, volatile: volatile))
+        let f = ContentFile(fd: fd, cipher: cipher, layout: .unbound, safety: RewriteSafety(journal: journal, volatile: volatile))
         let synced = Sodium.randomArray(count: 3880)
         try write(f, synced, at: 0)
         volatile.removeAll()  // fsync
@@ -82,12 +82,12 @@ final class UndoJournalTests: XCTestCase {
         let ring = UndoJournal.ringSlots * UndoJournal.recordSize
         XCTAssertEqual(journalSize, ring + 2 * UndoJournal.recordSize, "two durable records")
         try [UInt8](repeating: 0, count: ring).withUnsafeBytes { try Sys.writeFully(journal.fileDescriptorForTests, $0, at: 0) }
-        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904))  // the newest slot cut short
-        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
+        try Sys.truncate(fd, to: BlockLayout.unbound.cipherSize(plainSize: 3904))  // the newest slot cut short
+        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher, layout: .unbound)))
         let restarted = try UndoJournal(directory: dir.fd)
         let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
-        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher).tornBlocks(records, repair: true), [0])
-        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher)) == synced + header, "every fsynced byte is back")
+        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher, layout: .unbound).tornBlocks(records, repair: true), [0])
+        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher, layout: .unbound)) == synced + header, "every fsynced byte is back")
     }
 
     /// A block holding synced bytes is overwritten whole (a durable record, as the block
@@ -102,15 +102,15 @@ final class UndoJournalTests: XCTestCase {
         try write(f, Sodium.randomArray(count: 4096), at: 0)             // durable record
         XCTAssertEqual(journalSize, UndoJournal.ringSlots * UndoJournal.recordSize + 2 * UndoJournal.recordSize)
         try write(f, Sodium.randomArray(count: 1000), at: 100)           // ring record (slot 0)
-        try Sys.truncate(fd, to: BlockLayout.cipherSize(plainSize: 3904)) // the newest slot cut short
+        try Sys.truncate(fd, to: BlockLayout.unbound.cipherSize(plainSize: 3904)) // the newest slot cut short
         let torn = Sodium.randomArray(count: 64)                          // the ring record's old slot half written
         try torn.withUnsafeBytes { try Sys.writeFully(journal.fileDescriptorForTests, $0, at: Int64(UndoJournal.headerSize + 64)) }
-        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher)))
+        XCTAssertThrowsError(try readAll(ContentFile(fd: fd, cipher: cipher, layout: .unbound)))
         let restarted = try UndoJournal(directory: dir.fd)
         let records = restarted.pendingRecords(try XCTUnwrap(try f.fileID()))
         XCTAssertEqual(records[0]?.count, 3, "every record of the block is kept")
-        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher).tornBlocks(records, repair: true), [0])
-        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher)) == synced + header, "every fsynced byte is back")
+        XCTAssertEqual(try ContentFile(fd: fd, cipher: cipher, layout: .unbound).tornBlocks(records, repair: true), [0])
+        XCTAssertTrue(try readAll(ContentFile(fd: fd, cipher: cipher, layout: .unbound)) == synced + header, "every fsynced byte is back")
     }
 
     func testTheRecoveryPlanTriesRecordsNewestFirstAlongTheirChain() {
@@ -136,18 +136,18 @@ final class UndoJournalTests: XCTestCase {
     func testATailTornMidAppendIsCutBackToTheLastBlockThatOpens() throws {
         let fd = dir.openFile("wal")
         defer { close(fd) }
-        let f = ContentFile(fd: fd, cipher: cipher)
+        let f = ContentFile(fd: fd, cipher: cipher, layout: .unbound)
         let data = Sodium.randomArray(count: 5 * 4096 + 1000)
         try write(f, data, at: 0)
         XCTAssertNil(try f.tornTail(repair: true), "an intact file keeps its tail")
         // Block 4's slot half written, block 5's cut short.
-        try Sys.truncate(fd, to: BlockLayout.cipherOffset(block: 5) + 100)
-        try Sodium.randomArray(count: 2000).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.cipherOffset(block: 4) + 2000) }
+        try Sys.truncate(fd, to: BlockLayout.unbound.cipherOffset(block: 5) + 100)
+        try Sodium.randomArray(count: 2000).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.unbound.cipherOffset(block: 4) + 2000) }
         XCTAssertEqual(try f.tornTail(repair: false), 4 * 4096)
         XCTAssertEqual(try f.tornTail(repair: true), 4 * 4096)
         XCTAssertEqual(try readAll(f), Array(data.prefix(4 * 4096)))
         // A damaged block with good blocks after it is no tear: it stays damage.
-        try Sodium.randomArray(count: 100).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.cipherOffset(block: 1) + 50) }
+        try Sodium.randomArray(count: 100).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.unbound.cipherOffset(block: 1) + 50) }
         XCTAssertNil(try f.tornTail(repair: true))
         XCTAssertThrowsError(try readAll(f))
     }
@@ -156,15 +156,15 @@ final class UndoJournalTests: XCTestCase {
         let (fd, _) = try tornAppend()
         defer { close(fd) }
         // The slot now starts with a nonce that neither the record's old nor its new slot had.
-        try Sodium.randomArray(count: 24).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.cipherOffset(block: 0)) }
-        let f = ContentFile(fd: fd, cipher: cipher)
+        try Sodium.randomArray(count: 24).withUnsafeBytes { try Sys.writeFully(fd, $0, at: BlockLayout.unbound.cipherOffset(block: 0)) }
+        let f = ContentFile(fd: fd, cipher: cipher, layout: .unbound)
         let records = try UndoJournal(directory: dir.fd).pendingRecords(try XCTUnwrap(try f.fileID()))
         XCTAssertEqual(try f.tornBlocks(records, repair: true), [])
     }
 
     func testRewritesOfBlocksWrittenSinceTheLastSyncGoToTheRing() throws {
         let journal = try UndoJournal(directory: dir.fd)
-        let f = ContentFile(fd: dir.openFile("f"), cipher: cipher,
+        let f = ContentFile(fd: dir.openFile("f"), cipher: cipher, layout: .unbound,
                             safety: RewriteSafety(journal: journal, volatile: VolatileBlocks()))
         try write(f, Sodium.randomArray(count: 100), at: 0)
         XCTAssertEqual(journalSize, 0, "a new block needs no record")

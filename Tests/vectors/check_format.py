@@ -181,6 +181,7 @@ SUBKEY_NAME_STREAM = 3
 SUBKEY_METADATA = 4
 SUBKEY_XATTR_NAME_MAC = 5
 SUBKEY_XATTR_NAME_STREAM = 6
+SUBKEY_PLACE = 7
 
 
 def subkey(master: bytes, subkey_id: int) -> bytes:
@@ -294,6 +295,30 @@ def content_header(file_id: bytes) -> bytes:
     """§4 header = u16 version (0x0001) ‖ file ID (16 bytes)."""
     assert len(file_id) == 16
     return u16(HEADER_VERSION) + file_id
+
+
+def content_header_v2(file_id: bytes, tag: bytes) -> bytes:
+    """§4 format 4: header = u16 version (0x0002) ‖ file ID (16 bytes) ‖ place tag (16 bytes)."""
+    assert len(file_id) == 16 and len(tag) == 16
+    return u16(2) + file_id + tag
+
+
+def place_tag(k_place: bytes, file_id: bytes, dir_iv: bytes, name: bytes) -> bytes:
+    """§4 place tag = BLAKE2b-16(key = K_place, "coffer.place" ‖ 0x00 ‖ file ID ‖ dirIV ‖ name).
+
+    Python's own hashlib BLAKE2b, not libsodium: a second implementation of the hash."""
+    return hashlib.blake2b(b"coffer.place\0" + file_id + dir_iv + name, digest_size=16, key=k_place).digest()
+
+
+def linked_tag(k_place: bytes, file_id: bytes) -> bytes:
+    """§4 tag of a file with hard links = BLAKE2b-16(key = K_place, "coffer.linked" ‖ 0x00 ‖ file ID)."""
+    return hashlib.blake2b(b"coffer.linked\0" + file_id, digest_size=16, key=k_place).digest()
+
+
+def final_block(k_content: bytes, file_id: bytes, index: int, nonce: bytes, plaintext: bytes) -> bytes:
+    """§4 format 4: the final block holds 0…4095 bytes, sealed as any block."""
+    assert 0 <= len(plaintext) < BLOCK_SIZE
+    return nonce + aead_seal(k_content, nonce, plaintext, file_id + u64(index))
 
 
 def content_block(k_content: bytes, file_id: bytes, index: int, nonce: bytes,
@@ -469,14 +494,19 @@ def main() -> int:
 
     # §2 master key and subkeys
     check("master_key", MASTER_KEY.hex())
-    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 7)}
-    for i in range(1, 7):
+    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 8)}
+    for i in range(1, 8):
         check("subkey_%d" % i, keys[i].hex())
 
     # §4 content
     check("content_file_header", content_header(FILE_ID).hex())
     check("content_block_3", content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
                                            BLOCK_NONCE, BLOCK_PLAINTEXT).hex())
+    tag = place_tag(keys[SUBKEY_PLACE], FILE_ID, DIR_IV, b"hello.txt")
+    check("place_tag", tag.hex())
+    check("place_tag_linked", linked_tag(keys[SUBKEY_PLACE], FILE_ID).hex())
+    check("content_file_header_v2", content_header_v2(FILE_ID, tag).hex())
+    check("content_final_block_1_empty", final_block(keys[SUBKEY_CONTENT], FILE_ID, 1, BLOCK_NONCE, b"").hex())
     check("content_block_3_aes256gcm",
           content_block_aes(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
                             BLOCK_NONCE[:12] + bytes(12), BLOCK_PLAINTEXT).hex())

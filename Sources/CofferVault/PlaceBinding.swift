@@ -1,0 +1,88 @@
+// PlaceBinding binds a file's content to its entry (format 4, docs/FORMAT.md §4): the
+// header's place tag is a MAC of the file ID with the directory IV and plaintext name the
+// file stands under, so content copied or moved to another name or directory is refused.
+// A rename writes the new tag into the header, and before it the old and new tags into
+// the backing xattr `user.coffer.place`: a metadata change the file system orders before
+// the rename, so after a power cut that kept the rename but not the header's new bytes
+// the file still opens (and its header is mended).
+import CofferCrypto
+import CofferSystem
+import Glibc
+
+/// Where an entry stands: its directory's IV and its plaintext name.
+public struct Place: Equatable, Sendable {
+    public let dirIV: [UInt8]
+    public let name: [UInt8]
+
+    public init(dirIV: [UInt8], name: [UInt8]) {
+        self.dirIV = dirIV
+        self.name = name
+    }
+
+    /// The places an entry shown as `name` in a directory with IVs `ivs` (its own first,
+    /// then those of its IV file's conflict copies) may have been bound to: that name,
+    /// or for a sync engine's conflict copy the original's name (the copy is a version of
+    /// the original, written to its place).
+    public static func candidates(shownAs name: [UInt8], ivs: [[UInt8]]) -> [Place] {
+        let names = [name] + (ConflictName.parse(plaintext: name).map { [$0.original] } ?? [])
+        return ivs.flatMap { iv in names.map { Place(dirIV: iv, name: $0) } }
+    }
+}
+
+public enum PlaceBinding {
+    /// The backing xattr holding the tags of a rename in progress: old ‖ new. It holds a
+    /// `.`, so it is never an encrypted xattr name.
+    public static let xattrName = "user.coffer.place"
+
+    /// How a header's content matched its place.
+    public enum Match: Equatable {
+        /// The header's tag (a place, or a file with hard links).
+        case header
+        /// A tag of the place xattr: the header is stale (`tag` belongs there).
+        case xattr(tag: [UInt8])
+    }
+
+    /// The tags of a place xattr's value (nil or malformed: none).
+    public static func tags(ofXattr value: [UInt8]?) -> [[UInt8]] {
+        guard let value, value.count == 2 * PlaceMAC.tagSize else { return [] }
+        return [Array(value[..<PlaceMAC.tagSize]), Array(value[PlaceMAC.tagSize...])]
+    }
+
+    /// Whether `tag` is one of `fileID`'s for one of `places`, or its linked tag.
+    public static func tag(_ tag: [UInt8], of fileID: FileID, fitsOneOf places: [Place], macs: PlaceMAC) throws -> Bool {
+        if try PlaceMAC.equal(tag, macs.linkedTag(fileID: fileID.bytes)) { return true }
+        for place in places where try PlaceMAC.equal(tag, macs.tag(fileID: fileID.bytes, dirIV: place.dirIV, name: place.name)) {
+            return true
+        }
+        return false
+    }
+
+    /// Checks that `header` belongs at one of `places`: by its own tag, else by a tag of
+    /// the place xattr (`xattr`, its value). Throws `placeMismatch` if neither fits.
+    public static func check(_ header: FileHeader, places: [Place], xattr: [UInt8]?, macs: PlaceMAC) throws -> Match {
+        guard let own = header.placeTag else { return .header }
+        if try tag(own, of: header.fileID, fitsOneOf: places, macs: macs) { return .header }
+        for tag in tags(ofXattr: xattr) where try self.tag(tag, of: header.fileID, fitsOneOf: places, macs: macs) {
+            return .xattr(tag: tag)
+        }
+        throw VaultError.placeMismatch
+    }
+
+    /// The place xattr of the backing file `fd`, or nil.
+    public static func xattr(of fd: Int32) -> [UInt8]? {
+        try? Sys.getXattr(Sys.procPath(fd), xattrName)
+    }
+
+    /// Rebinds the open backing file `fd` (format 4) to the tag `newTag`: the place xattr
+    /// first (old ‖ new), then the header. Where the backing file system has no user
+    /// xattrs, the header is made durable instead, before the caller's rename.
+    public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8]) throws {
+        do {
+            try Sys.setXattr(Sys.procPath(file.fd), xattrName, oldTag + newTag, flags: 0)
+            try file.setPlaceTag(newTag)
+        } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
+            try file.setPlaceTag(newTag)
+            try retryOnInterrupt("fdatasync") { fdatasync(file.fd) }
+        }
+    }
+}
