@@ -32,11 +32,13 @@ final class CipherTests: EndToEndCase {
         let (cipher, format) = try cipherAndFormat(aes.cipherdir)
         let hasAES = ContentAlgorithmProbe.aesAvailable
         XCTAssertEqual(cipher, hasAES ? "aes256gcm" : "xchacha20-poly1305")
-        XCTAssertEqual(format, hasAES ? 3 : 2)
+        XCTAssertEqual(format, 4, "new vaults of either cipher are format 4")
         let xchacha = MountedVault(scratch: scratch, name: "xchacha", initOptions: ["--cipher", "xchacha20-poly1305"])
         let (cipher2, format2) = try cipherAndFormat(xchacha.cipherdir)
         XCTAssertEqual(cipher2, "xchacha20-poly1305")
-        XCTAssertEqual(format2, 2, "an XChaCha20-Poly1305 vault stays readable by coffers that know format 2")
+        XCTAssertEqual(format2, 4)
+        let old = MountedVault(scratch: scratch, name: "old", initOptions: ["--cipher", "xchacha20-poly1305", "--format", "2"])
+        XCTAssertEqual(try cipherAndFormat(old.cipherdir).1, 2, "--format makes a vault that coffers knowing format 2 read")
         let info = Harness.run([Harness.coffer, "info", xchacha.cipherdir])
         XCTAssertTrue(info.stdout.contains("Content cipher: xchacha20-poly1305"), info.stdout)
         let bad = Harness.run([Harness.coffer, "init", "--cipher", "rot13", "--passfile", aes.passfile, scratch.mkdir("bad")])
@@ -66,8 +68,9 @@ final class CipherTests: EndToEndCase {
             vault.unmount()
             vault.mount()
             assertOK(Harness.sh("diff -r '\(vault.mountpoint)' '\(reference)'"), "\(cipher): contents after remount")
-            // The nonce field of block 0 of a backing file: AES-256-GCM leaves its last 12 bytes zero.
-            let spare = Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 100000 ] && od -An -tx1 -j 30 -N 12 \"$f\" | tr -d ' \\n' && break || true; done")
+            // The nonce field of block 0 of a backing file (after the 34-byte header of
+            // format 4): AES-256-GCM leaves its last 12 bytes zero.
+            let spare = Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 100000 ] && od -An -tx1 -j 46 -N 12 \"$f\" | tr -d ' \\n' && break || true; done")
             if cipher == "aes256gcm" {
                 XCTAssertEqual(spare.stdout, String(repeating: "00", count: 12), "\(cipher): spare nonce bytes")
             } else {
@@ -87,8 +90,8 @@ final class CipherTests: EndToEndCase {
         vault.mount()
         assertOK(vault.sh("head -c 10000 /dev/urandom > f"), "write")
         vault.unmount()
-        // Byte 18 + 20 of the only content file: inside the spare half of block 0's nonce field.
-        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 9000 ] && printf '\\x01' | dd of=\"$f\" bs=1 seek=38 conv=notrunc status=none || true; done"), "tamper")
+        // Byte 34 + 20 of the only content file: inside the spare half of block 0's nonce field.
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 9000 ] && printf '\\x01' | dd of=\"$f\" bs=1 seek=54 conv=notrunc status=none || true; done"), "tamper")
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
         XCTAssertTrue(fsck.stdout.contains("block 0 failed authentication"), fsck.stdout)

@@ -208,7 +208,7 @@ final class GateTests: EndToEndCase {
         XCTAssertEqual(clean.status, 0, clean.stdout + clean.stderr)
         XCTAssertTrue(clean.stdout.contains("no problems"), clean.stdout)
         let file = Harness.sh("find \(vault.cipherdir) -type f -size +40k").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        assertOK(Harness.flipByte(of: file, at: 18 + 7 * 4136 + 9), "flip")
+        assertOK(Harness.flipByte(of: file, at: 34 + 7 * 4136 + 9), "flip")
         let damaged = coffer(["fsck", "--passfile", vault.passfile, vault.cipherdir])
         XCTAssertEqual(damaged.status, 40, damaged.stderr)
         XCTAssertTrue(damaged.stdout.contains("/a/b/report.pdf: block 7 failed authentication"), damaged.stdout)
