@@ -42,7 +42,7 @@ extension PlainFileSystem {
         guard layout.endsInFinalBlock, let places = try candidatePlaces(node), let place = places.first else { return }
         let file = content(fd, of: node, keys: keys)
         let header = try file.header()
-        if (try? PlaceBinding.check(header, places: places, xattr: nil, macs: keys.set.places)) != nil { return }
+        if (try? PlaceBinding.check(header, places: places, xattrOf: nil, macs: keys.set.places)) != nil { return }
         try file.setPlaceTag(keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name))
     }
 
@@ -59,7 +59,7 @@ extension PlainFileSystem {
             try node.contentLock.reading { try file.checkFinalBlock() }
             guard let places = try candidatePlaces(node) else { return }
             let header = try file.header()
-            if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattr: PlaceBinding.xattr(of: fd),
+            if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: fd,
                                                              macs: keys.set.places), journal?.foundAtOpen == true {
                 if let writable = try? openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false) {
                     try? content(writable.rawValue, of: node, keys: keys).setPlaceTag(tag)
@@ -100,7 +100,7 @@ extension PlainFileSystem {
         return try withContentDescriptor(file, stat: st) { fd in
             let content = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
             guard let header = try? content.header(), let old = header.placeTag,
-                  (try? PlaceBinding.check(header, places: places, xattr: PlaceBinding.xattr(of: fd), macs: macs)) != nil else {
+                  (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else {
                 return nil
             }
             let linked = try macs.linkedTag(fileID: header.fileID.bytes)

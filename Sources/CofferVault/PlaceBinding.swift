@@ -58,11 +58,12 @@ public enum PlaceBinding {
     }
 
     /// Checks that `header` belongs at one of `places`: by its own tag, else by a tag of
-    /// the place xattr (`xattr`, its value). Throws `placeMismatch` if neither fits.
-    public static func check(_ header: FileHeader, places: [Place], xattr: [UInt8]?, macs: PlaceMAC) throws -> Match {
+    /// the place xattr of backing file `fd` (read only then; nil: none). Throws
+    /// `placeMismatch` if neither fits.
+    public static func check(_ header: FileHeader, places: [Place], xattrOf fd: Int32?, macs: PlaceMAC) throws -> Match {
         guard let own = header.placeTag else { return .header }
         if try tag(own, of: header.fileID, fitsOneOf: places, macs: macs) { return .header }
-        for tag in tags(ofXattr: xattr) where try self.tag(tag, of: header.fileID, fitsOneOf: places, macs: macs) {
+        for tag in tags(ofXattr: fd.flatMap(xattr(of:))) where try self.tag(tag, of: header.fileID, fitsOneOf: places, macs: macs) {
             return .xattr(tag: tag)
         }
         throw VaultError.placeMismatch

@@ -280,7 +280,7 @@ public final class VaultChecker {
         }
         do {
             let header = try file.header()
-            if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattr: PlaceBinding.xattr(of: file.fd),
+            if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: file.fd,
                                                              macs: keys.places) {
                 leftover(path, "its header still names the place it had before a rename that a crash interrupted; the mount mends it") {
                     try file.setPlaceTag(tag)
