@@ -68,9 +68,11 @@ extension PlainFileSystem {
             // A length that no write leaves (a last block cut inside its nonce or tag,
             // bytes after the last whole block, a short header) is damage, reported
             // here: the kernel asks for no byte past the whole blocks it is shown.
-            if !truncate {
-                try reportingDamage(node) { _ = try layout.plainSize(cipherSize: Int64(Sys.stat(fd.rawValue).st_size)) }
+            // From format 4 the final block is checked too, and the content's place.
+            if !truncate && layout.endsInFinalBlock {
                 try checkPlaceAndLength(node, fd: fd.rawValue, keys: keys)
+            } else if !truncate {
+                try reportingDamage(node) { _ = try layout.plainSize(cipherSize: Int64(Sys.stat(fd.rawValue).st_size)) }
             }
             let dropped = truncate && !caller.keepsSetID ? try dropSetID(node, fd: fd.rawValue, caller: caller) : false
             let handle = try openHandle(node, fd: fd, flags: backingFlags, writable: writable, truncate: truncate, keys: keys)

@@ -54,11 +54,9 @@ extension PlainFileSystem {
     func checkPlaceAndLength(_ node: Node, fd: Int32, keys: Keys) throws {
         guard layout.endsInFinalBlock else { return }
         try reportingDamage(node) {
-            let file = content(fd, of: node, keys: keys)
             // Not while a write of this inode is between its slots.
-            try node.contentLock.reading { try file.checkFinalBlock() }
+            let header = try node.contentLock.reading { try content(fd, of: node, keys: keys).checkedHeader() }
             guard let places = try candidatePlaces(node) else { return }
-            let header = try file.header()
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: fd,
                                                              macs: keys.set.places), journal?.foundAtOpen == true {
                 if let writable = try? openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false) {
@@ -80,9 +78,12 @@ extension PlainFileSystem {
             }
         }
 
+        /// Its stat, without following a symlink and without opening it.
         func stat() throws -> stat {
-            let fd = try open(flags: O_PATH)
-            return try Sys.stat(fd.rawValue)
+            switch self {
+            case .entry(let name, let dir): return try Sys.stat(name, in: dir.fd)
+            case .node(let node): return try Sys.stat(node.fd)
+            }
         }
     }
 
@@ -93,8 +94,7 @@ extension PlainFileSystem {
     /// does not belong where it is now (it keeps its tag, so the move does not make it
     /// valid).
     func rebind(_ file: BackingFile, shownAs name: [UInt8], in dir: Node, to place: Place?, keys: Keys) throws -> (() -> Void)? {
-        guard layout.endsInFinalBlock,
-              let st = try? file.stat(), st.st_mode & S_IFMT == S_IFREG else { return nil }
+        guard layout.endsInFinalBlock, let st = try? file.stat(), st.st_mode & S_IFMT == S_IFREG else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir)
         let macs = keys.set.places
         return try withContentDescriptor(file, stat: st) { fd in

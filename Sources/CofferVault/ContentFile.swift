@@ -143,24 +143,47 @@ public struct ContentFile {
     /// file cut anywhere — at a block boundary too — fails here.
     public func checkFinalBlock() throws {
         guard layout.endsInFinalBlock else { return }
-        let (_, size) = try sizes()
-        guard let id = try fileID() else { return }
+        _ = try checkedHeader()
+    }
+
+    /// Files up to this many ciphertext bytes are read in one pread by `checkedHeader`.
+    static let smallFile: Int64 = 16 << 10
+
+    /// At open (format 4): the header as it is on disk, after checking the final block —
+    /// for a small file both in one pread, else the header and the final block apart.
+    public func checkedHeader() throws -> FileHeader {
+        precondition(layout.endsInFinalBlock)
+        let cipherSize = Int64(try Sys.stat(fd).st_size)
+        let size = try layout.plainSize(cipherSize: cipherSize)
         let index = BlockLayout.finalBlock(plainSize: size)
         let length = BlockLayout.blockLength(index, plainSize: size)
-        var sealed = [UInt8](repeating: 0, count: length + ContentCipher.overhead)
-        let at = layout.cipherOffset(block: index)
-        let n = try sealed.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
-        guard n == sealed.count else { throw VaultError.fileTruncated(cipherSize: at + Int64(n)) }
+        let at = layout.cipherOffset(block: index), headerSize = Int(layout.headerSize)
+        let whole = cipherSize <= Self.smallFile
+        var bytes = [UInt8](repeating: 0, count: whole ? Int(cipherSize) : headerSize)
+        let n = try bytes.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: 0) }
+        guard n == bytes.count else { throw VaultError.fileTruncated(cipherSize: Int64(n)) }
+        let header = try FileHeader(parsing: Array(bytes[0..<headerSize]), layout: layout)
+        ids.fileID = header.fileID
+        var sealed: ArraySlice<UInt8>
+        if whole {
+            sealed = bytes[Int(at)...]
+        } else {
+            var tail = [UInt8](repeating: 0, count: length + ContentCipher.overhead)
+            let m = try tail.withUnsafeMutableBytes { try Sys.readFully(fd, into: $0, at: at) }
+            guard m == tail.count else { throw VaultError.fileTruncated(cipherSize: at + Int64(m)) }
+            sealed = tail[...]
+        }
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, length), alignment: 16)
         defer { plain.deallocateZeroed() }
         do {
             try sealed.withUnsafeBytes {
-                try cipher.openFinalBlock($0, index: UInt64(index), fileID: id,
+                try cipher.openFinalBlock($0, index: UInt64(index), fileID: header.fileID,
                                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length]))
             }
         } catch is CryptoError {
             throw VaultError.blockDamaged(blockIndex: UInt64(index))
         }
+        return header
     }
 
     // MARK: Reading
