@@ -164,7 +164,7 @@ public struct ContentFile {
         guard n == bytes.count else { throw VaultError.fileTruncated(cipherSize: Int64(n)) }
         let header = try FileHeader(parsing: Array(bytes[0..<headerSize]), layout: layout)
         ids.fileID = header.fileID
-        var sealed: ArraySlice<UInt8>
+        let sealed: ArraySlice<UInt8>
         if whole {
             sealed = bytes[Int(at)...]
         } else {
@@ -176,7 +176,7 @@ public struct ContentFile {
         let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, length), alignment: 16)
         defer { plain.deallocateZeroed() }
         do {
-            try sealed.withUnsafeBytes {
+            _ = try sealed.withUnsafeBytes {
                 try cipher.openFinalBlock($0, index: UInt64(index), fileID: header.fileID,
                                           into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length]))
             }

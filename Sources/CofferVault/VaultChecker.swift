@@ -282,7 +282,7 @@ public final class VaultChecker {
             let header = try file.header()
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: file.fd,
                                                              macs: keys.places) {
-                leftover(path, "its header still names the place it had before a rename that a crash interrupted; the mount mends it") {
+                leftover(path, "its header still names the place it had before a rename (a crash kept the rename, not the header); --repair mends it") {
                     try file.setPlaceTag(tag)
                 }
             }
