@@ -56,6 +56,12 @@ ssize_t clinux_listxattr(const char *path, char *list, size_t size) { return lis
 
 int clinux_removexattr(const char *path, const char *name) { return removexattr(path, name); }
 
+int clinux_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) {
+    return fsetxattr(fd, name, value, size, flags);
+}
+
+ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size) { return fgetxattr(fd, name, value, size); }
+
 int clinux_set_dumpable(int dumpable) { return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL); }
 
 int clinux_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {

@@ -179,7 +179,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
-            let targetSidecar = lastLinkTargetSidecar(backing.name, in: dir, keys: keys)
+            let targetSidecar = st.flatMap { lastLinkTargetSidecar(backing.name, stat: $0, in: dir, keys: keys) }
             if let st { markRemovedThroughMount(st) }
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
@@ -197,11 +197,10 @@ extension PlainFileSystem {
     }
 
     /// The target sidecar of backing entry `backingName` if it is the last link to a
-    /// symlink with a long target (whose sidecar must go with it), else nil. One fstatat,
-    /// and only in vaults that have such sidecars.
-    private func lastLinkTargetSidecar(_ backingName: String, in dir: Node, keys: Keys) -> String? {
-        guard keys.codecs.symlinks.longTargets, let st = try? Sys.stat(backingName, in: dir.fd),
-              st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
+    /// symlink with a long target (whose sidecar must go with it), else nil. `st` is its
+    /// stat; the link is read only in vaults that have such sidecars.
+    private func lastLinkTargetSidecar(_ backingName: String, stat st: stat, in dir: Node, keys: Keys) -> String? {
+        guard keys.codecs.symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
               let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
         return keys.codecs.symlinks.sidecar(of: linkTarget)
     }
@@ -244,29 +243,33 @@ extension PlainFileSystem {
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)
             try settleSplitDirectory(to, keys: keys)
-            let old = try existingBackingName(name, in: from, keys: keys)
+            // One stat of each backing entry serves every decision below.
+            let (old, moving) = try existingEntry(name, in: from, keys: keys)
             let new = try self.newName(newName, in: to, keys: keys)
+            let target = try? Sys.stat(new.name, in: to.fd)
             // A symlink replaced by the rename takes its long target's sidecar with it.
             let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
-                ? lastLinkTargetSidecar(new.name, in: to, keys: keys) : nil
-            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let st = try? Sys.stat(new.name, in: to.fd) {
-                markRemovedThroughMount(st)
+                ? target.flatMap { lastLinkTargetSidecar(new.name, stat: $0, in: to, keys: keys) } : nil
+            if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let target {
+                markRemovedThroughMount(target)
             }
-            let moving = try? Sys.stat(old.name, in: from.fd)
-            let exchanged = flags & RENAME_EXCHANGE != 0 ? try? Sys.stat(new.name, in: to.fd) : nil
+            let exchanged = flags & RENAME_EXCHANGE != 0 ? target : nil
             // Content moves to its new place (both ways for an exchange) before the rename.
             var rebound: [() -> Void] = []
             if !(from === to && old == new.backing) {
                 let place = Place(dirIV: try to.directoryIV(), name: newName)
-                if let undo = try rebind(.entry(old.name, in: from), shownAs: name, in: from, to: place, keys: keys) { rebound.append(undo) }
-                if flags & RENAME_EXCHANGE != 0,
-                   let undo = try rebind(.entry(new.name, in: to), shownAs: newName, in: to,
+                if let moving, let undo = try rebind(.entry(old.name, in: from), stat: moving, shownAs: name, in: from,
+                                                     to: place, keys: keys) {
+                    rebound.append(undo)
+                }
+                if let exchanged,
+                   let undo = try rebind(.entry(new.name, in: to), stat: exchanged, shownAs: newName, in: to,
                                          to: Place(dirIV: try from.directoryIV(), name: name), keys: keys) {
                     rebound.append(undo)
                 }
             }
             do {
-                try renameReplacingEmptyDirectory(old.name, in: from, to: new.name, in: to, flags: flags)
+                try renameReplacingEmptyDirectory(old.name, stat: moving, in: from, to: new.name, stat: target, in: to, flags: flags)
                 to.rememberEntry(newName)
                 // The nodes know their new names (an open checks the place by it).
                 if let moving, let node = nodes.known(moving) { node.setName(newName, parent: to) }
@@ -285,12 +288,14 @@ extension PlainFileSystem {
         }
     }
 
-    /// renameat2 of backing entries. A directory may replace an empty directory, as on
-    /// ext4: the target is moved aside first (and comes back if the rename fails).
-    private func renameReplacingEmptyDirectory(_ old: String, in from: Node, to new: String, in to: Node, flags: UInt32) throws {
+    /// renameat2 of backing entries (whose stats the caller has made). A directory may
+    /// replace an empty directory, as on ext4: the target is moved aside first (and comes
+    /// back if the rename fails).
+    private func renameReplacingEmptyDirectory(_ old: String, stat source: stat?, in from: Node, to new: String, stat target: stat?,
+                                               in to: Node, flags: UInt32) throws {
         guard flags == 0,
-              let source = try? Sys.stat(old, in: from.fd), source.st_mode & S_IFMT == S_IFDIR,
-              let target = try? Sys.stat(new, in: to.fd), target.st_mode & S_IFMT == S_IFDIR,
+              let source, source.st_mode & S_IFMT == S_IFDIR,
+              let target, target.st_mode & S_IFMT == S_IFDIR,
               source.st_ino != target.st_ino else {
             return try Sys.rename(old, in: from.fd, to: new, in: to.fd, flags: flags)
         }

@@ -92,9 +92,10 @@ extension PlainFileSystem {
     /// Returns what puts the old tag back if the move fails, or nil if nothing was
     /// written: not a regular file, no tags (format 1–3), already linked, or content that
     /// does not belong where it is now (it keeps its tag, so the move does not make it
-    /// valid).
-    func rebind(_ file: BackingFile, shownAs name: [UInt8], in dir: Node, to place: Place?, keys: Keys) throws -> (() -> Void)? {
-        guard layout.endsInFinalBlock, let st = try? file.stat(), st.st_mode & S_IFMT == S_IFREG else { return nil }
+    /// valid). `known`: the file's stat if the caller has just made it.
+    func rebind(_ file: BackingFile, stat known: stat? = nil, shownAs name: [UInt8], in dir: Node, to place: Place?,
+                keys: Keys) throws -> (() -> Void)? {
+        guard layout.endsInFinalBlock, let st = known ?? (try? file.stat()), st.st_mode & S_IFMT == S_IFREG else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir)
         let macs = keys.set.places
         return try withContentDescriptor(file, stat: st) { fd in
@@ -106,7 +107,7 @@ extension PlainFileSystem {
             let linked = try macs.linkedTag(fileID: header.fileID.bytes)
             if PlaceMAC.equal(old, linked) { return nil }
             let new = try place.map { try macs.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) } ?? linked
-            try PlaceBinding.rewrite(content, from: old, to: new)
+            try PlaceBinding.rewrite(content, from: old, to: new, keeping: [st.st_atim, st.st_mtim])
             return { [layout] in
                 try? self.withContentDescriptor(file, stat: st) {
                     try ContentFile(fd: $0, cipher: keys.set.content, layout: layout).setPlaceTag(old)

@@ -76,6 +76,16 @@ extension Sys {
         try readingSized("getxattr") { clinux_getxattr(path, name, $0.baseAddress, $0.count) }
     }
 
+    /// fsetxattr(2) on open descriptor `fd` (not O_PATH): no walk through /proc.
+    public static func setXattr(_ fd: Int32, _ name: String, _ value: [UInt8], flags: Int32) throws {
+        try retryOnInterrupt("fsetxattr") { value.withUnsafeBytes { clinux_fsetxattr(fd, name, $0.baseAddress, $0.count, flags) } }
+    }
+
+    /// fgetxattr(2) on open descriptor `fd` (not O_PATH): the whole value.
+    public static func getXattr(_ fd: Int32, _ name: String) throws -> [UInt8] {
+        try readingSized("fgetxattr") { clinux_fgetxattr(fd, name, $0.baseAddress, $0.count) }
+    }
+
     /// listxattr(2) on `path`: the names.
     public static func listXattrs(_ path: String) throws -> [String] {
         let list = try readingSized("listxattr") {

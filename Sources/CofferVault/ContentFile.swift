@@ -107,12 +107,13 @@ public struct ContentFile {
 
     /// Writes `tag` as the header's place tag (format 4). The file's times stay as they
     /// were: a tag is no content, and a rename or link must not look like a change to
-    /// rsync -a, make or a backup.
-    public func setPlaceTag(_ tag: [UInt8]) throws {
+    /// rsync -a, make or a backup. `times`: the atime and mtime to keep, if the caller
+    /// has just read them (else they are read here).
+    public func setPlaceTag(_ tag: [UInt8], keeping times: [timespec]? = nil) throws {
         precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize)
-        let before = try Sys.stat(fd)
+        let times = try times ?? { let before = try Sys.stat(fd); return [before.st_atim, before.st_mtim] }()
         try tag.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
-        try retryOnInterrupt("futimens") { futimens(fd, [before.st_atim, before.st_mtim]) }
+        try retryOnInterrupt("futimens") { futimens(fd, times) }
     }
 
     /// The backing file's size, and the plaintext size it means.

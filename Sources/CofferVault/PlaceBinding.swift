@@ -69,20 +69,21 @@ public enum PlaceBinding {
         throw VaultError.placeMismatch
     }
 
-    /// The place xattr of the backing file `fd`, or nil.
+    /// The place xattr of the open backing file `fd`, or nil.
     public static func xattr(of fd: Int32) -> [UInt8]? {
-        try? Sys.getXattr(Sys.procPath(fd), xattrName)
+        try? Sys.getXattr(fd, xattrName)
     }
 
     /// Rebinds the open backing file `fd` (format 4) to the tag `newTag`: the place xattr
     /// first (old ‖ new), then the header. Where the backing file system has no user
-    /// xattrs, the header is made durable instead, before the caller's rename.
-    public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8]) throws {
+    /// xattrs, the header is made durable instead, before the caller's rename. `times`:
+    /// the file's atime and mtime, if the caller has them (else they are read).
+    public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8], keeping times: [timespec]? = nil) throws {
         do {
-            try Sys.setXattr(Sys.procPath(file.fd), xattrName, oldTag + newTag, flags: 0)
-            try file.setPlaceTag(newTag)
+            try Sys.setXattr(file.fd, xattrName, oldTag + newTag, flags: 0)
+            try file.setPlaceTag(newTag, keeping: times)
         } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
-            try file.setPlaceTag(newTag)
+            try file.setPlaceTag(newTag, keeping: times)
             try retryOnInterrupt("fdatasync") { fdatasync(file.fd) }
         }
     }

@@ -57,6 +57,9 @@ int clinux_setxattr(const char *path, const char *name, const void *value, size_
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size);
 ssize_t clinux_listxattr(const char *path, char *list, size_t size);
 int clinux_removexattr(const char *path, const char *name);
+/// fsetxattr(2)/fgetxattr(2): on an open (not O_PATH) descriptor, without a path walk.
+int clinux_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
+ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size);
 
 /// prctl(PR_SET_DUMPABLE, dumpable): prctl is variadic, which Swift cannot call.
 int clinux_set_dumpable(int dumpable);
