@@ -146,6 +146,9 @@ public final class FuseSession: @unchecked Sendable {
         // thread creation again.
         let status = fuse_session_loop_mt(session, config)
         fuse_remove_signal_handlers(session)
+        // Nothing serves the kernel any more: an invalidation now (a lock on the idle
+        // timer, a change by another writer) could wait for a write-back for ever.
+        link.detach()
         return status
     }
 

@@ -30,16 +30,17 @@ public final class SessionLink: Sendable {
     }
 
     /// Tells the kernel to drop `node`'s pages and attributes (another program changed
-    /// the backing file). Not from a request handler: it waits for the node's page locks.
-    public func contentChanged(_ node: UInt64) {
+    /// the backing file, or the mount locks). Not from a request handler: it waits for
+    /// the node's page locks.
+    public func invalidateNode(_ node: UInt64) {
         guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
         fuse_lowlevel_notify_inval_inode(session, node, 0, 0)
     }
 
     /// Tells the kernel to drop its entry `name` in directory `parent`, found or absent.
     /// Not from a request handler: it waits for the directory's lock.
-    public func entryChanged(_ parent: UInt64, _ name: [UInt8]) {
+    public func invalidateEntry(_ parent: UInt64, _ name: UnsafeBufferPointer<UInt8>) {
         guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
-        _ = name.withUnsafeBufferPointer { notifyInvalidEntry(session, parent: parent, name: $0) }
+        _ = notifyInvalidEntry(session, parent: parent, name: name)
     }
 }

@@ -163,14 +163,14 @@ extension PlainFileSystem {
         // may have changed in place.
         if let st = try? Sys.stat(event.name, in: dir.fd), let node = nodes.known(st) {
             node.fileIDs.forget()
-            hooks.contentChanged(nodes.id(of: node))
+            hooks.invalidateNode(nodes.id(of: node))
         }
         if event.isModification { return }
         let dirID = nodes.id(of: dir)
         if event.name == DirectoryIV.fileName || DirectoryIV.isConflictCopy(event.name) {
             // Every name here may now mean another entry.
             dir.forgetDirectoryIV()
-            return dir.cachedNameCopies().forEach { hooks.entryChanged(dirID, $0) }
+            return dir.cachedNameCopies().forEach { hooks.invalidate($0, in: dirID) }
         }
         // A long name's sidecar may arrive after its entry: either event stands for the entry.
         var backing = event.name
@@ -180,7 +180,7 @@ extension PlainFileSystem {
         let name = try? withKeys(activity: false) { keys -> [UInt8]? in
             try keys.codecs.names.plaintextName(ofBacking: backing, dirIV: try dir.directoryIV(), in: dir.fd)
         }
-        if let name { hooks.entryChanged(dirID, name) }
+        if let name { hooks.invalidate(name, in: dirID) }
     }
 
     /// The kernel dropped events: anything may have changed. Every inode and every name
@@ -192,8 +192,8 @@ extension PlainFileSystem {
             node.fileIDs.forget()
             if node.isDirectory { node.forgetDirectoryIV() }
             let id = nodes.id(of: node)
-            hooks.contentChanged(id)
-            node.cachedNameCopies().forEach { hooks.entryChanged(id, $0) }
+            hooks.invalidateNode(id)
+            node.cachedNameCopies().forEach { hooks.invalidate($0, in: id) }
         }
     }
 }

@@ -60,7 +60,7 @@ extension PlainFileSystem {
         // The kernel may hold these names with the inodes they named before: drop them
         // (not from this request's thread, which the kernel may hold the directory for).
         let id = nodes.id(of: dir), hooks = self.hooks, names = renamed
-        DispatchQueue.global().async { names.forEach { hooks.entryChanged(id, $0) } }
+        DispatchQueue.global().async { names.forEach { hooks.invalidate($0, in: id) } }
     }
 
     /// Renames backing entry `backing` (plaintext `name`) to its name under `iv`, or, if

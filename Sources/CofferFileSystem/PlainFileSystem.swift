@@ -128,22 +128,30 @@ public final class PlainFileSystem: Sendable {
         /// invalidate from that thread (the kernel may hold the directory lock of the
         /// request) but hand the work to another.
         public var nodePressure: @Sendable () -> Void
-        /// Another program changed the node's backing inode in place: the kernel must drop
-        /// its pages and attributes. Called from the watching thread.
-        public var contentChanged: @Sendable (UInt64) -> Void
-        /// Another program added, removed or replaced the entry of this plaintext name in
-        /// the directory: the kernel must drop what it caches of the name. Called from the
-        /// watching thread.
-        public var entryChanged: @Sendable (UInt64, [UInt8]) -> Void
+        /// The kernel must drop its pages and attributes of the node (writing dirty pages
+        /// back through the daemon first): another program changed its backing inode, or
+        /// the mount locks. Never called from a request thread (the kernel may hold the
+        /// node's page locks for the request).
+        public var invalidateNode: @Sendable (UInt64) -> Void
+        /// The kernel must drop what it caches of this plaintext name in the directory,
+        /// found or absent: another program changed the entry, or the mount locks. The
+        /// name's bytes are valid only during the call (they may be zeroed after it).
+        /// Never called from a request thread (the kernel may hold the directory's lock).
+        public var invalidateEntry: @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void
 
         public init(attributesChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
                     nodePressure: @escaping @Sendable () -> Void = {},
-                    contentChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
-                    entryChanged: @escaping @Sendable (UInt64, [UInt8]) -> Void = { _, _ in }) {
+                    invalidateNode: @escaping @Sendable (UInt64) -> Void = { _ in },
+                    invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void = { _, _ in }) {
             self.attributesChanged = attributesChanged
             self.nodePressure = nodePressure
-            self.contentChanged = contentChanged
-            self.entryChanged = entryChanged
+            self.invalidateNode = invalidateNode
+            self.invalidateEntry = invalidateEntry
+        }
+
+        /// `invalidateEntry` of a name held in an array.
+        func invalidate(_ name: [UInt8], in parent: UInt64) {
+            name.withUnsafeBufferPointer { invalidateEntry(parent, $0) }
         }
     }
 
@@ -194,15 +202,15 @@ public final class PlainFileSystem: Sendable {
         return try UndoJournal(directory: state.rawValue, data: root)
     }
 
+    /// Tells the layer above that `node`'s attributes changed (see `Hooks`).
+    func attributesChanged(_ node: UInt64) { hooks.attributesChanged(node) }
+
     /// Number of nodes above which the table asks for relief.
     public var nodePressureThreshold: Int { nodes.pressureThreshold }
 
     /// The node table's pressure (see `Hooks.nodePressure`) is relieved: it may be
     /// reported again.
     public func relievedNodePressure() { nodes.relieved() }
-
-    /// Tells the layer above that `node`'s attributes changed (see `Hooks`).
-    func attributesChanged(_ node: UInt64) { hooks.attributesChanged(node) }
 
     /// The least recently entered names, to invalidate in the kernel under pressure.
     public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
@@ -222,6 +230,24 @@ public final class PlainFileSystem: Sendable {
         replaced?.set.wipe()
     }
 
+    /// Locks in place, the whole sequence: (1) the kernel drops every cached inode while
+    /// the keys are still there, so that it writes dirty pages (shared mmaps) back through
+    /// the daemon; (2) new operations are refused, those in flight drained, the keys
+    /// wiped (`closeView`); (3) the kernel drops every inode again and every name it may
+    /// cache — also names given by rename and link, and negative entries — so that
+    /// nothing decrypted stays in its page, attribute or dentry caches and every lookup
+    /// asks the daemon, which answers EACCES; the names are zeroed here too. Freed heap
+    /// pages that held plaintext go back to the kernel. With `kernelCaches` false (the
+    /// session is gone, nothing serves the kernel's write-back) steps 1 and 3 only forget.
+    public func lock(kernelCaches: Bool = true) {
+        if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
+        closeView()
+        // Nodes the kernel learnt during step 1 are in this fresh list too.
+        if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
+        forgetCachedEntries { parent, name in if kernelCaches { hooks.invalidateEntry(parent, name) } }
+        Sys.releaseFreeMemory()
+    }
+
     /// Closes the view and forgets the plaintext names it kept for damage reports (the
     /// names the kernel may cache are forgotten by `forgetCachedEntries`).
     ///
@@ -234,7 +260,7 @@ public final class PlainFileSystem: Sendable {
     /// wipe (`retire`) waits for and after which it throws — the operation then fails
     /// instead of computing with a half-zeroed key (and never writes data or names
     /// sealed under zeros).
-    public func lock() {
+    private func closeView() {
         let (retiring, drained): (Keys?, DispatchSemaphore?) = gate.withLock { state in
             defer { state.keys = nil }
             if state.inFlight > 0 { state.drained = DispatchSemaphore(value: 0) }
@@ -253,7 +279,7 @@ public final class PlainFileSystem: Sendable {
     /// Calls `invalidate` with every (directory, name) the kernel may hold in its dentry
     /// cache — found, created, renamed, linked or looked up in vain since the last call —
     /// and then zeroes those names. The name's bytes are valid only during the call.
-    public func forgetCachedEntries(_ invalidate: (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
+    func forgetCachedEntries(_ invalidate: (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
         for node in nodes.allNodes() {
             guard let names = node.takeCachedNames() else { continue }
             let id = nodes.id(of: node)

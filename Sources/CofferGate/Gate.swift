@@ -11,20 +11,6 @@ import Logging
 import Synchronization
 
 public final class Gate: Sendable {
-    /// What the gate needs from the mount it guards: to drop the kernel's caches.
-    public struct KernelCaches: Sendable {
-        /// Invalidate the cached pages and attributes of one node (writes back dirty pages).
-        public var invalidateNode: @Sendable (UInt64) -> Void
-        /// Invalidate one cached directory entry (the name's bytes are valid during the call).
-        public var invalidateEntry: @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void
-
-        public init(invalidateNode: @escaping @Sendable (UInt64) -> Void,
-                    invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
-            self.invalidateNode = invalidateNode
-            self.invalidateEntry = invalidateEntry
-        }
-    }
-
     public let fs: PlainFileSystem
     public let mountpoint: String
     public let socketPath: String
@@ -32,7 +18,6 @@ public final class Gate: Sendable {
     private let logger: Logger
 
     private struct State: Sendable {
-        var caches: KernelCaches?
         var throttle = UnlockThrottle()
         var since = Date()
         var wiped = false
@@ -59,16 +44,6 @@ public final class Gate: Sendable {
         self.idleLock = idleLock
         self.transport = transport
         self.logger = logger
-    }
-
-    /// Connects the gate to the mounted session's cache invalidation.
-    public func attach(_ caches: KernelCaches) {
-        serial.withLock { $0.caches = caches }
-    }
-
-    /// Disconnects it (the session is gone: there is nothing left to invalidate).
-    public func detach() {
-        serial.withLock { $0.caches = nil }
     }
 
     // MARK: Unlock
@@ -124,38 +99,30 @@ public final class Gate: Sendable {
 
     // MARK: Lock
 
-    /// Locks in place. Order: (1) invalidate every cached inode while the keys are still
-    /// there, so the kernel writes back dirty pages (shared mmaps) through the daemon;
-    /// (2) wait for operations in flight and wipe the keys; (3) invalidate inodes and
-    /// entries again, so nothing decrypted stays in the page, attribute or dentry caches.
+    /// Locks in place (`PlainFileSystem.lock` is the sequence; the gate decides when).
     /// With `ifIdleFor`, locks only if no operation needed the keys for that many
     /// seconds (checked under the gate's lock, so an unlock in between wins).
     public func lock(reason: String, ifIdleFor idle: Int64? = nil) {
-        serial.withLock { lock(reason: reason, ifIdleFor: idle, state: &$0) }
+        serial.withLock { lock(reason: reason, ifIdleFor: idle, kernelCaches: true, state: &$0) }
     }
 
-    private func lock(reason: String, ifIdleFor idle: Int64?, state: inout State) {
+    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool, state: inout State) {
         guard fs.isUnlocked else { return }
         if let idle, fs.idleSeconds < idle { return }
-        let caches = state.caches
-        if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
-        fs.lock()
-        // Nodes the kernel learnt during step 1 are in this fresh list too. Every name it
-        // may cache is dropped — also names given by rename and link, and negative
-        // entries — so that afterwards every lookup asks the daemon, which answers EACCES.
-        if let caches { fs.knownNodes().forEach(caches.invalidateNode) }
-        fs.forgetCachedEntries { parent, name in caches?.invalidateEntry(parent, name) }
-        // Freed heap pages that held plaintext go back to the kernel (which zeroes them).
-        Sys.releaseFreeMemory()
+        fs.lock(kernelCaches: kernelCaches)
         state.since = Date()
         logger.notice("locked (\(reason)); keys wiped")
     }
 
-    /// Locks for good: the daemon is ending. An unlock that arrives afterwards (on a
-    /// connection accepted before the control server stopped) is refused.
+    /// Locks for good: the daemon is ending, its session no longer serves the kernel
+    /// (whose caches are then not invalidated: a write-back would wait for nobody). An
+    /// unlock that arrives afterwards (on a connection accepted before the control
+    /// server stopped) is refused.
     public func shutDown() {
-        serial.withLock { $0.closed = true }
-        lock(reason: "unmounted")
+        serial.withLock { state in
+            state.closed = true
+            lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false, state: &state)
+        }
     }
 
     // MARK: Idle lock and status

@@ -232,7 +232,7 @@ struct MountCommand: ParsableCommand {
                                      options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
                                                     watchLimit: watchLimit ?? .max, stateDirectory: state),
                                      hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed,
-                                                  contentChanged: link.contentChanged, entryChanged: link.entryChanged),
+                                                  invalidateNode: link.invalidateNode, invalidateEntry: link.invalidateEntry),
                                      logger: logger)
         var options = FuseSession.Options()
         options.allowOther = allowOther
@@ -267,8 +267,6 @@ struct MountCommand: ParsableCommand {
             session.unmount()
             throw CommandFailure(status: .usage, message: "-o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
-        gate.attach(.init(invalidateNode: { session.invalidate(node: $0) },
-                          invalidateEntry: { session.invalidate(parent: $0, name: $1) }))
         gate.startIdleTimer()
         relief.start(fs: fs, session: session, logger: logger)
         fs.followOtherWriters()
@@ -281,7 +279,6 @@ struct MountCommand: ParsableCommand {
         // Stop serving unlocks before the last lock, so that none can bring the keys back.
         server.stop()
         logger.notice("control socket \(socketPath) closed")
-        gate.detach()
         gate.shutDown()
         session.unmount()
         logger.notice("unmounted \(target); keys wiped")

@@ -26,12 +26,12 @@ final class GateFixture {
         var value: Int { count.withLock { $0 } }
     }
 
-    init(idleLock: Int64? = nil) throws {
+    init(idleLock: Int64? = nil, hooks: PlainFileSystem.Hooks = .init()) throws {
         var template = Array("/tmp/coffer-gate-XXXXXX".utf8CString)
         path = String(cString: mkdtemp(&template)!)
         let (vault, recovery) = try Vault.create(at: path, passphrase: Self.secret(passphrase), kdf: .floor)
         recoveryKey = recovery
-        fs = try PlainFileSystem(vault: vault)
+        fs = try PlainFileSystem(vault: vault, hooks: hooks)
         let counter = derivations
         gate = Gate(fs: fs, mountpoint: "/mnt/test", idleLock: idleLock,
                     derive: { counter.add(); return try Vault.deriveInProcess($0, $1, $2) })
@@ -60,15 +60,18 @@ final class GateStateTests: XCTestCase {
         }
         private let recorded = Mutex<[Event]>([])
         var events: [Event] { recorded.withLock { $0 } }
+        /// The file system whose keys are checked, once it exists.
+        let fs = Mutex<PlainFileSystem?>(nil)
 
-        func caches(for fs: PlainFileSystem) -> Gate.KernelCaches {
-            Gate.KernelCaches(
+        /// The file system's invalidation hooks, recording.
+        var hooks: PlainFileSystem.Hooks {
+            PlainFileSystem.Hooks(
                 invalidateNode: { [self] id in
-                    let present = fs.isUnlocked
+                    let present = fs.withLock { $0 }?.isUnlocked ?? false
                     recorded.withLock { $0.append(.node(id, keysPresent: present)) }
                 },
                 invalidateEntry: { [self] parent, name in
-                    let present = fs.isUnlocked
+                    let present = fs.withLock { $0 }?.isUnlocked ?? false
                     let text = String(decoding: name, as: UTF8.self)
                     recorded.withLock { $0.append(.entry(parent, text, keysPresent: present)) }
                 })
@@ -80,9 +83,9 @@ final class GateStateTests: XCTestCase {
     let rootID: UInt64 = 1
 
     func testLockInvalidatesThenWipesThenInvalidatesAgain() throws {
-        let f = try GateFixture()
         let recorder = CacheRecorder()
-        f.gate.attach(recorder.caches(for: f.fs))
+        let f = try GateFixture(hooks: recorder.hooks)
+        recorder.fs.withLock { $0 = f.fs }
         XCTAssertTrue(f.unlock().ok)
         let (file, handle) = try f.fs.create(parent: rootID, name: Array("a".utf8), mode: 0o600,
                                              flags: O_RDWR, caller: me)
@@ -118,10 +121,9 @@ final class GateStateTests: XCTestCase {
         // A second lock finds nothing to do: no invalidation, no wipe.
         f.gate.lock(reason: "again")
         XCTAssertEqual(recorder.events.count, events.count)
-        // Detached (the session is gone), a lock still wipes and invalidates nothing.
+        // At shutdown (the session is gone), a lock still wipes and invalidates nothing.
         XCTAssertTrue(f.unlock().ok)
-        f.gate.detach()
-        f.gate.lock(reason: "detached")
+        f.gate.shutDown()
         XCTAssertFalse(f.fs.isUnlocked)
         XCTAssertEqual(recorder.events.count, events.count)
     }
