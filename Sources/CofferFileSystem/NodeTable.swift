@@ -16,8 +16,9 @@ final class NodeTable: Sendable {
     let root: Node
     /// Nodes above which `onPressure` is called (set from the descriptor limit).
     let pressureThreshold: Int
-    /// Called (outside the lock, at most once until `relieved()`) when the table is too big.
-    private let onPressure: @Sendable () -> Void
+    /// Called with the table (outside the lock, at most once until `relieved()`) when it
+    /// is too big, from the request thread that made it so.
+    private let onPressure: @Sendable (NodeTable) -> Void
     /// The table, the lookup counts and the pressure state. Lock order: see
     /// PlainFileSystem's `gate`; only a Node's own state is taken under this lock.
     private let table: Mutex<Table>
@@ -42,7 +43,7 @@ final class NodeTable: Sendable {
         var pressureReported = false
     }
 
-    init(root: Node, pressureThreshold: Int = .max, onPressure: @escaping @Sendable () -> Void = {}) {
+    init(root: Node, pressureThreshold: Int = .max, onPressure: @escaping @Sendable (NodeTable) -> Void = { _ in }) {
         self.root = root
         self.pressureThreshold = pressureThreshold
         self.onPressure = onPressure
@@ -101,7 +102,7 @@ final class NodeTable: Sendable {
             }
             return (node, true, false)
         }
-        if pressed { onPressure() }
+        if pressed { onPressure(self) }
         return (node, isNew)
     }
 

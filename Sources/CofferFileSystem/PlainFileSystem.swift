@@ -123,11 +123,6 @@ public final class PlainFileSystem: Sendable {
         /// (setuid dropped by a write, blocks put back after a crash): the kernel must
         /// fetch them again.
         public var attributesChanged: @Sendable (UInt64) -> Void
-        /// The node table grew past `nodePressureThreshold`. Called from a request
-        /// thread, at most once until `relievedNodePressure()`: the handler must not
-        /// invalidate from that thread (the kernel may hold the directory lock of the
-        /// request) but hand the work to another.
-        public var nodePressure: @Sendable () -> Void
         /// The kernel must drop its pages and attributes of the node (writing dirty pages
         /// back through the daemon first): another program changed its backing inode, or
         /// the mount locks. Never called from a request thread (the kernel may hold the
@@ -140,11 +135,9 @@ public final class PlainFileSystem: Sendable {
         public var invalidateEntry: @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void
 
         public init(attributesChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
-                    nodePressure: @escaping @Sendable () -> Void = {},
                     invalidateNode: @escaping @Sendable (UInt64) -> Void = { _ in },
                     invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void = { _, _ in }) {
             self.attributesChanged = attributesChanged
-            self.nodePressure = nodePressure
             self.invalidateNode = invalidateNode
             self.invalidateEntry = invalidateEntry
         }
@@ -174,7 +167,8 @@ public final class PlainFileSystem: Sendable {
         }
         // The node owns the descriptor from here on.
         nodes = NodeTable(root: Node(fd: root, stat: rootStat), pressureThreshold: threshold,
-                          onPressure: hooks.nodePressure)
+                          onPressure: NodePressureRelief(invalidateEntry: hooks.invalidateEntry).relieve)
+        logger.info("node table: relief above \(threshold) cached inodes")
         otherWriters = OtherWriters(enabled: options.watchOtherWriters, limit: options.watchLimit, logger: logger)
         otherWriters.watch(nodes.root)
         do {
@@ -204,16 +198,6 @@ public final class PlainFileSystem: Sendable {
 
     /// Tells the layer above that `node`'s attributes changed (see `Hooks`).
     func attributesChanged(_ node: UInt64) { hooks.attributesChanged(node) }
-
-    /// Number of nodes above which the table asks for relief.
-    public var nodePressureThreshold: Int { nodes.pressureThreshold }
-
-    /// The node table's pressure (see `Hooks.nodePressure`) is relieved: it may be
-    /// reported again.
-    public func relievedNodePressure() { nodes.relieved() }
-
-    /// The least recently entered names, to invalidate in the kernel under pressure.
-    public func coldestEntries(_ count: Int) -> [(parent: UInt64, name: [UInt8])] { nodes.coldestEntries(count) }
 
     // MARK: The gate
 

@@ -214,9 +214,8 @@ struct MountCommand: ParsableCommand {
         let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         passphrase?.wipe()
 
-        // The file system's hooks reach the session and the relief thread, made after it.
+        // The file system's hooks reach the session, made after it.
         let link = SessionLink()
-        let relief = NodePressureRelief()
         let state: String?
         do {
             state = try StateDirectory.forVault(vault, at: MountPoint.canonical(vault.path) ?? vault.path, given: stateDir)
@@ -231,8 +230,8 @@ struct MountCommand: ParsableCommand {
         let fs = try PlainFileSystem(vault: vault,
                                      options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
                                                     watchLimit: watchLimit ?? .max, stateDirectory: state),
-                                     hooks: .init(attributesChanged: link.attributesChanged, nodePressure: relief.pressed,
-                                                  invalidateNode: link.invalidateNode, invalidateEntry: link.invalidateEntry),
+                                     hooks: .init(attributesChanged: link.attributesChanged, invalidateNode: link.invalidateNode,
+                                                  invalidateEntry: link.invalidateEntry),
                                      logger: logger)
         var options = FuseSession.Options()
         options.allowOther = allowOther
@@ -268,7 +267,6 @@ struct MountCommand: ParsableCommand {
             throw CommandFailure(status: .usage, message: "-o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
         gate.startIdleTimer()
-        relief.start(fs: fs, session: session, logger: logger)
         fs.followOtherWriters()
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()

@@ -7,6 +7,7 @@ import CofferVault
 @testable import CofferFileSystem
 import Foundation
 import Glibc
+import Synchronization
 import TestSupport
 import XCTest
 
@@ -109,6 +110,33 @@ final class PlainFileSystemTests: XCTestCase {
     }
 
     // MARK: Readdir
+
+    /// Past its threshold the node table has its least recently entered names dropped
+    /// from the kernel's caches, off the thread that entered the last node (the kernel
+    /// may hold that request's directory lock), down to three quarters of the threshold.
+    func testNodePressureInvalidatesTheColdestNamesOffTheRequestThread() throws {
+        let seen = Mutex<[(parent: UInt64, name: String, thread: pthread_t)]>([])
+        let relief = NodePressureRelief(invalidateEntry: { parent, name in
+            let entry = (parent, String(decoding: name, as: UTF8.self), pthread_self())
+            seen.withLock { $0.append(entry) }
+        })
+        let rootFD = try FileDescriptor.open(dir.path, flags: O_PATH | O_DIRECTORY)
+        let rootStat = try Sys.stat(rootFD.rawValue)
+        let table = NodeTable(root: Node(fd: rootFD, stat: rootStat), pressureThreshold: 4, onPressure: relief.relieve)
+        for i in 0..<5 {
+            let file = "f\(i)"
+            XCTAssertTrue(FileManager.default.createFile(atPath: dir.path + "/" + file, contents: nil))
+            let fd = try FileDescriptor.open(dir.path + "/" + file, flags: O_PATH)
+            let st = try Sys.stat(fd.rawValue)
+            table.remember(fd: fd, stat: st).node.setName(name(file), parent: table.root)
+        }
+        let deadline = Date().addingTimeInterval(5)
+        while seen.withLock({ $0.count }) < 2 && Date() < deadline { usleep(10_000) }
+        let entries = seen.withLock { $0 }
+        XCTAssertEqual(entries.map(\.name), ["f0", "f1"], "5 nodes, threshold 4: the two coldest go")
+        XCTAssertEqual(entries.map(\.parent), [root, root])
+        XCTAssertFalse(entries.contains { pthread_equal($0.thread, pthread_self()) != 0 }, "not on the request's thread")
+    }
 
     func testReaddirOffsetsContinueOneListing() throws {
         let names = (0..<6).map { "file-\($0)" }
