@@ -138,6 +138,38 @@ final class PlainFileSystemTests: XCTestCase {
         XCTAssertFalse(entries.contains { pthread_equal($0.thread, pthread_self()) != 0 }, "not on the request's thread")
     }
 
+    /// An fsync makes the IV files from the file's directory up to the vault root
+    /// durable, walking up by "..", and touches nothing above the root or outside it.
+    func testDurableDirectoriesWalkUpToTheRootAndNoFurther() throws {
+        let top = dir.path + "/top"
+        for d in ["vault", "vault/a", "vault/a/b", "outside"] {
+            try FileManager.default.createDirectory(atPath: top + "/" + d, withIntermediateDirectories: true)
+        }
+        for d in ["vault", "vault/a", "vault/a/b"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: "\(top)/\(d)/\(DirectoryIV.fileName)", contents: Data([1])))
+        }
+        for d in ["vault/a/b", "outside"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: "\(top)/\(d)/file", contents: nil))
+        }
+        let vault = try FileDescriptor.open(top + "/vault", flags: O_PATH | O_DIRECTORY)
+        let file = try FileDescriptor.open(top + "/vault/a/b/file", flags: O_PATH)
+        let b = try FileDescriptor.open(top + "/vault/a/b", flags: O_PATH | O_DIRECTORY)
+        let outside = try FileDescriptor.open(top + "/outside/file", flags: O_PATH)
+        XCTAssertNoThrow(try DurableDirectories().makeDurable(from: file.rawValue, isDirectory: false, root: vault.rawValue))
+        // outside/ and top/ have no IV file: a walk that went there would throw.
+        XCTAssertNoThrow(try DurableDirectories().makeDurable(from: outside.rawValue, isDirectory: false, root: vault.rawValue))
+        // Without a/'s IV file, the walk from b (or from the file in it) must fail there.
+        try FileManager.default.removeItem(atPath: "\(top)/vault/a/\(DirectoryIV.fileName)")
+        XCTAssertThrowsError(try DurableDirectories().makeDurable(from: file.rawValue, isDirectory: false, root: vault.rawValue))
+        XCTAssertThrowsError(try DurableDirectories().makeDurable(from: b.rawValue, isDirectory: true, root: vault.rawValue))
+        // A directory known as synced is not synced again (once per directory and daemon).
+        let durable = DurableDirectories()
+        try FileManager.default.removeItem(atPath: "\(top)/vault/a")
+        XCTAssertNoThrow(try durable.makeDurable(from: vault.rawValue, isDirectory: true, root: vault.rawValue))
+        try FileManager.default.removeItem(atPath: "\(top)/vault/\(DirectoryIV.fileName)")
+        XCTAssertNoThrow(try durable.makeDurable(from: vault.rawValue, isDirectory: true, root: vault.rawValue))
+    }
+
     func testReaddirOffsetsContinueOneListing() throws {
         let names = (0..<6).map { "file-\($0)" }
         for text in names { try makeFile(text) }
