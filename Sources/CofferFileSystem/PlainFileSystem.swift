@@ -94,7 +94,9 @@ public final class PlainFileSystem: Sendable {
     /// Lock order, the one place it is written (each lock is taken only after those
     /// before it on its line, never the other way round):
     ///
-    ///     locking:  Gate.serial → PlainFileSystem.gate → NodeTable.table → Node.state
+    ///     locking:  Gate.turn (a semaphore: one unlock or lock at a time, held while it
+    ///               waits; no Mutex is held then) → Gate.state → PlainFileSystem.gate
+    ///               → NodeTable.table → Node.state
     ///     workers:  PlainFileSystem.gate (only to take or give back an in-flight slot;
     ///               not held during the operation) → Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.lock;

@@ -25,9 +25,14 @@ public final class Gate: Sendable {
         var closed = false
     }
 
-    /// Serialises unlock and lock and owns the state they change. First in the lock
-    /// order (see PlainFileSystem's `gate`).
-    private let serial = Mutex(State())
+    /// One unlock or lock at a time, held through the whole of it — the key derivation of
+    /// an unlock, the drain of a lock — so that the throttle sees every attempt in turn
+    /// and a lock never interleaves with an unlock. A semaphore, not a Mutex: waiting
+    /// is what it is for, and nothing else takes it (`status` never waits for it).
+    private let turn = DispatchSemaphore(value: 1)
+    /// Owns the state; held only for a moment, never across a derivation or a drain.
+    /// Lock order: see PlainFileSystem's `gate`.
+    private let state = Mutex(State())
 
     private let derive: Vault.KeyDerivation
     /// How requests reach the daemon, for `status`.
@@ -46,54 +51,73 @@ public final class Gate: Sendable {
         self.logger = logger
     }
 
+    /// Runs `body` in the gate's turn.
+    private func inTurn<R>(_ body: () -> R) -> R {
+        turn.wait()
+        defer { turn.signal() }
+        return body()
+    }
+
     // MARK: Unlock
 
     /// Unwraps the master key with `secret` and opens the view. The vault's config is
     /// read anew each time (a passwd or a wipe may have changed it).
     public func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t) -> ControlResponse {
-        serial.withLock { unlock(secret: secret, kind: kind, peer: peer, state: &$0) }
+        inTurn {
+            if let refusal = state.withLock({ refusal($0) }) { return refusal }
+            do {
+                let vault = try fs.vault.reopened()
+                let master: MasterKey
+                switch kind {
+                case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)
+                case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
+                }
+                fs.unlock(master)
+                logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
+                return state.withLock { state in
+                    state.throttle.recordSuccess()
+                    state.since = Date()
+                    return .success("unlocked", status: status(state))
+                }
+            } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
+                let (failures, retryAfter) = recordFailure()
+                logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(failures))")
+                return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
+                                error.description, retryAfter: retryAfter)
+            } catch CryptoError.malformed(let what) where kind == .recoveryKey {
+                let (failures, retryAfter) = recordFailure()
+                logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(failures))")
+                return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: retryAfter)
+            } catch VaultError.notAVault {
+                state.withLock { $0.wiped = true }
+                return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
+            } catch let error as VaultError {
+                // A damaged config is not a wrong secret: reported as such, not charged to the throttle.
+                logger.error("unlock failed: \(error)")
+                return .failure(ControlError.configDamaged, error.description)
+            } catch {
+                logger.error("unlock failed: \(error)")
+                return .failure(ControlError.failed, "\(error)")
+            }
+        }
     }
 
-    private func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t, state: inout State) -> ControlResponse {
+    /// Why an unlock is answered without trying the secret, if it is.
+    private func refusal(_ state: State) -> ControlResponse? {
         if state.closed { return .failure(ControlError.failed, "the daemon is shutting down") }
         if fs.isUnlocked { return .success("already unlocked", status: status(state)) }
         if state.wiped { return .failure(ControlError.wiped, "the vault was wiped; it can never be unlocked again") }
         let wait = state.throttle.retryAfter
-        if wait > 0 {
-            return .failure(ControlError.throttled, String(format: "too many failed attempts; try again in %.0f s", wait.rounded(.up)),
-                            retryAfter: wait)
-        }
-        do {
-            let vault = try fs.vault.reopened()
-            let master: MasterKey
-            switch kind {
-            case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)
-            case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
-            }
-            fs.unlock(master)
-            state.throttle.recordSuccess()
-            state.since = Date()
-            logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
-            return .success("unlocked", status: status(state))
-        } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
+        guard wait > 0 else { return nil }
+        return .failure(ControlError.throttled, String(format: "too many failed attempts; try again in %.0f s", wait.rounded(.up)),
+                        retryAfter: wait)
+    }
+
+    /// Charges a failed attempt to the throttle: (failures so far, seconds until the next try).
+    private func recordFailure() -> (Int, Double) {
+        state.withLock { state in
             state.throttle.recordFailure()
-            logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(state.throttle.failures))")
-            return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
-                            error.description, retryAfter: state.throttle.retryAfter)
-        } catch CryptoError.malformed(let what) where kind == .recoveryKey {
-            state.throttle.recordFailure()
-            logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(state.throttle.failures))")
-            return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: state.throttle.retryAfter)
-        } catch VaultError.notAVault {
-            state.wiped = true
-            return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
-        } catch let error as VaultError {
-            // A damaged config is not a wrong secret: reported as such, not charged to the throttle.
-            logger.error("unlock failed: \(error)")
-            return .failure(ControlError.configDamaged, error.description)
-        } catch {
-            logger.error("unlock failed: \(error)")
-            return .failure(ControlError.failed, "\(error)")
+            return (state.throttle.failures, state.throttle.retryAfter)
         }
     }
 
@@ -101,16 +125,16 @@ public final class Gate: Sendable {
 
     /// Locks in place (`PlainFileSystem.lock` is the sequence; the gate decides when).
     /// With `ifIdleFor`, locks only if no operation needed the keys for that many
-    /// seconds (checked under the gate's lock, so an unlock in between wins).
+    /// seconds (checked in the gate's turn, so an unlock in between wins).
     public func lock(reason: String, ifIdleFor idle: Int64? = nil) {
-        serial.withLock { lock(reason: reason, ifIdleFor: idle, kernelCaches: true, state: &$0) }
+        inTurn { lock(reason: reason, ifIdleFor: idle, kernelCaches: true) }
     }
 
-    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool, state: inout State) {
+    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool) {
         guard fs.isUnlocked else { return }
         if let idle, fs.idleSeconds < idle { return }
         fs.lock(kernelCaches: kernelCaches)
-        state.since = Date()
+        state.withLock { $0.since = Date() }
         logger.notice("locked (\(reason)); keys wiped")
     }
 
@@ -119,9 +143,9 @@ public final class Gate: Sendable {
     /// unlock that arrives afterwards (on a connection accepted before the control
     /// server stopped) is refused.
     public func shutDown() {
-        serial.withLock { state in
-            state.closed = true
-            lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false, state: &state)
+        inTurn {
+            state.withLock { $0.closed = true }
+            lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false)
         }
     }
 
@@ -140,7 +164,8 @@ public final class Gate: Sendable {
         thread.start()
     }
 
-    public func status() -> GateStatus { serial.withLock { status($0) } }
+    /// The gate's state now; never waits for an unlock or lock in progress.
+    public func status() -> GateStatus { state.withLock { status($0) } }
 
     private func status(_ state: State) -> GateStatus {
         let formatter = ISO8601DateFormatter()

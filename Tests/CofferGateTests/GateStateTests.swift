@@ -11,7 +11,7 @@ import Synchronization
 import XCTest
 
 /// A vault in a fresh temp dir, its plaintext view and a gate on it.
-final class GateFixture {
+final class GateFixture: Sendable {
     let path: String
     let fs: PlainFileSystem
     let gate: Gate
@@ -26,7 +26,9 @@ final class GateFixture {
         var value: Int { count.withLock { $0 } }
     }
 
-    init(idleLock: Int64? = nil, hooks: PlainFileSystem.Hooks = .init()) throws {
+    /// `whileDeriving` runs inside each key derivation (a slow Argon2id, as it were).
+    init(idleLock: Int64? = nil, hooks: PlainFileSystem.Hooks = .init(),
+         whileDeriving: @escaping @Sendable () -> Void = {}) throws {
         var template = Array("/tmp/coffer-gate-XXXXXX".utf8CString)
         path = String(cString: mkdtemp(&template)!)
         let (vault, recovery) = try Vault.create(at: path, passphrase: Self.secret(passphrase), kdf: .floor)
@@ -34,7 +36,7 @@ final class GateFixture {
         fs = try PlainFileSystem(vault: vault, hooks: hooks)
         let counter = derivations
         gate = Gate(fs: fs, mountpoint: "/mnt/test", idleLock: idleLock,
-                    derive: { counter.add(); return try Vault.deriveInProcess($0, $1, $2) })
+                    derive: { counter.add(); whileDeriving(); return try Vault.deriveInProcess($0, $1, $2) })
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
@@ -183,6 +185,27 @@ final class GateStateTests: XCTestCase {
         XCTAssertEqual(response.error, ControlError.wiped)
         XCTAssertTrue(f.gate.status().wiped)
         XCTAssertEqual(f.unlock().error, ControlError.wiped, "and stays wiped")
+    }
+
+    /// While an unlock derives its key, `status` answers, and a lock waits its turn
+    /// (and then locks: it came after the unlock).
+    func testStatusDoesNotWaitForAnUnlockInProgress() throws {
+        let deriving = DispatchSemaphore(value: 0), finish = DispatchSemaphore(value: 0)
+        let f = try GateFixture(whileDeriving: { deriving.signal(); finish.wait() })
+        let unlocked = DispatchSemaphore(value: 0), locked = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { XCTAssertTrue(f.unlock().ok); unlocked.signal() }
+        XCTAssertEqual(deriving.wait(timeout: .now() + 30), .success)
+        Thread.detachNewThread { f.gate.lock(reason: "test"); locked.signal() }
+
+        let answered = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { XCTAssertEqual(f.gate.status().state, "locked"); answered.signal() }
+        XCTAssertEqual(answered.wait(timeout: .now() + 30), .success, "status waited for the unlock's derivation")
+        XCTAssertEqual(locked.wait(timeout: .now() + 0.2), .timedOut, "the lock waits for the unlock in progress")
+
+        finish.signal()
+        XCTAssertEqual(unlocked.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(locked.wait(timeout: .now() + 30), .success)
+        XCTAssertFalse(f.fs.isUnlocked, "the lock came after the unlock")
     }
 
     func testIdleLockOnlyWhenIdleLongEnough() throws {
