@@ -14,7 +14,7 @@ import Logging
 import Synchronization
 
 /// Sendable: every stored property is a `let` of a Sendable type; what changes (the
-/// keys, the operations in flight) is owned by the `gate` Mutex.
+/// keys, the operations in flight) is owned by the `gate` (KeyGate).
 public final class PlainFileSystem: Sendable {
     public struct Options: Sendable {
         /// chown new entries to the calling user (a root daemon serving other users).
@@ -78,37 +78,27 @@ public final class PlainFileSystem: Sendable {
     let durableDirectories = DurableDirectories()
     /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
     let otherWriters: OtherWriters
-    /// What the gate guards: the keys while unlocked, and the operations running with them.
-    private struct GateState: ~Copyable {
-        var keys: Keys?
-        /// Operations running with the keys.
-        var inFlight = 0
-        /// Set by a `lock()` waiting for the operations in flight; signalled by the last
-        /// of them to end.
-        var drained: DispatchSemaphore?
-    }
-
-    /// Owns `keys` and `inFlight`. It is held only for a moment: `lock()` waits for the
-    /// operations in flight on a semaphore, outside it.
+    /// The keys while unlocked, and the count of operations running with them: atomics
+    /// on an operation's path (KeyGate); `lock()` waits for the operations in flight on
+    /// a semaphore, holding no lock.
     ///
     /// Lock order, the one place it is written (each lock is taken only after those
     /// before it on its line, never the other way round):
     ///
     ///     locking:  Gate.turn (a semaphore: one unlock or lock at a time, held while it
-    ///               waits; no Mutex is held then) → Gate.state → PlainFileSystem.gate
-    ///               → NodeTable.table → Node.state
-    ///     workers:  PlainFileSystem.gate (only to take or give back an in-flight slot;
-    ///               not held during the operation) → Node.contentLock (R or W)
+    ///               waits; no Mutex is held then) → Gate.state → KeyGate.drained
+    ///               (only to find the semaphore to wait on or to signal);
+    ///               NodeTable.table → Node.state
+    ///     workers:  Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.lock;
     ///               Node.contentLock → FileIDCache, VolatileBlocks
     ///
     /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
-    /// Node.state may be taken with or without Node.contentLock held. The in-flight slot is
-    /// the workers' shared hold on the keys: `lock()` takes the keys away under the gate
-    /// and then waits (up to `lockWaitBound`) for the slots to drain, which is what
-    /// excludes workers.
-    private let gate = Mutex(GateState())
+    /// Node.state may be taken with or without Node.contentLock held. The in-flight count
+    /// is the workers' shared hold on the keys: `lock()` closes the gate and then waits
+    /// (up to `lockWaitBound`) for the count to drain, which is what excludes workers.
+    private let gate = KeyGate<Keys>()
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
@@ -207,13 +197,8 @@ public final class PlainFileSystem: Sendable {
     public func unlock(_ master: MasterKey) {
         let set = vault.keys(from: master)
         master.wipe()
-        let fresh = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
-        let replaced: Keys? = gate.withLock { state in
-            defer { state.keys = fresh }
-            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-            return state.keys
-        }
-        replaced?.set.wipe()
+        lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+        gate.open(Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets))?.set.wipe()
     }
 
     /// Locks in place, the whole sequence: (1) the kernel drops every cached inode while
@@ -247,17 +232,8 @@ public final class PlainFileSystem: Sendable {
     /// instead of computing with a half-zeroed key (and never writes data or names
     /// sealed under zeros).
     private func closeView() {
-        let (retiring, drained): (Keys?, DispatchSemaphore?) = gate.withLock { state in
-            defer { state.keys = nil }
-            if state.inFlight > 0 { state.drained = DispatchSemaphore(value: 0) }
-            return (state.keys, state.drained)
-        }
-        _ = drained?.wait(timeout: .now() + lockWaitBound)
-        let stuck = gate.withLock { state in
-            state.drained = nil
-            nodes.forgetNames()
-            return state.inFlight
-        }
+        let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
+        nodes.forgetNames()
         retiring?.set.wipe()
         if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
     }
@@ -274,23 +250,13 @@ public final class PlainFileSystem: Sendable {
         }
     }
 
-    public var isUnlocked: Bool { gate.withLock { $0.keys != nil } }
+    public var isUnlocked: Bool { gate.isOpen }
 
     /// Runs `body` with the keys, or throws EACCES while locked. With `activity` false
     /// (the daemon's own housekeeping) it does not count for the idle lock.
     func withKeys<R>(activity: Bool = true, _ body: (Keys) throws -> R) throws -> R {
-        let taken: Keys? = gate.withLock { state in
-            if state.keys != nil { state.inFlight += 1 }
-            return state.keys
-        }
-        guard let keys = taken else { throw Errno(EACCES, "locked") }
-        defer {
-            let drained: DispatchSemaphore? = gate.withLock { state in
-                state.inFlight -= 1
-                return state.inFlight == 0 ? state.drained.take() : nil
-            }
-            drained?.signal()
-        }
+        guard let keys = gate.enter() else { throw Errno(EACCES, "locked") }
+        defer { gate.leave() }
         if activity { lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed) }
         do {
             return try body(keys)
