@@ -78,6 +78,20 @@ final class NodeTable: Sendable {
         return table.withLock { $0.byInode[key]?.node }
     }
 
+    /// Registers one more kernel reference to `node` if the table still holds it (a new
+    /// name of it: a hard link); false if it does not.
+    func rememberAgain(_ node: Node) -> Bool {
+        let key = InodeKey(dev: node.dev, ino: node.ino)
+        return table.withLock { table in
+            guard var known = table.byInode[key], known.node === node else { return false }
+            table.tick += 1
+            known.lookups += 1
+            known.lastEntered = table.tick
+            table.byInode[key] = known
+            return true
+        }
+    }
+
     /// Registers one more kernel reference to the backing inode that `fd` (an O_PATH
     /// descriptor) names. Takes ownership of `fd`: it is closed if the inode is already
     /// known. `isNew`: the node was made by this call.

@@ -171,7 +171,12 @@ extension PlainFileSystem {
                 unbind?()
                 throw error
             }
-            return try enter(backing.name, in: dir, plainName: name)
+            // The new name is the node's own inode: entered by its descriptor, no name opened.
+            let st = try Sys.stat(node.fd)
+            guard nodes.rememberAgain(node) else { return try enter(backing.name, in: dir, plainName: name) }
+            node.setName(name, parent: dir)
+            dir.rememberEntry(name)
+            return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd), validFor: cacheSeconds(in: dir))
         }
     }
 

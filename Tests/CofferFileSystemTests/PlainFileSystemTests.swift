@@ -102,6 +102,17 @@ final class PlainFileSystemTests: XCTestCase {
         XCTAssertEqual(fs.nodes.lookups(again.node), 1)
     }
 
+    func testALinkIsOneMoreLookupOfTheSameNode() throws {
+        let file = try makeFile("a")
+        let linked = try fs.link(file, newParent: root, newName: name("b"))
+        XCTAssertEqual(linked.node, file)
+        XCTAssertEqual(fs.nodes.lookups(file), 2, "create and link")
+        XCTAssertEqual(linked.attributes.st_nlink, 2)
+        XCTAssertEqual(try fs.lookup(parent: root, name: name("b")).node, file)
+        XCTAssertEqual(fs.nodes.lookups(file), 3)
+        XCTAssertEqual(fs.nodeCount, 1)
+    }
+
     func testAFailedCreateAddsNoLookup() throws {
         let node = try makeFile("a")
         assertErrno(EEXIST, try fs.create(parent: root, name: name("a"), mode: 0o644, flags: O_RDWR | O_EXCL, caller: me))
