@@ -39,7 +39,7 @@ final class UringTransport: @unchecked Sendable {
         }
         let ring = clinux_uring_create(2)
         defer { clinux_uring_destroy(ring) }
-        let code = ring == nil ? errno : -clinux_uring_enable(ring)
+        let code = ring == nil ? Errno.current("io_uring_setup").code : -clinux_uring_enable(ring)
         return code == 0 ? nil : "io_uring is refused to this process (\(String(cString: strerror(code))))"
     }
 
@@ -264,7 +264,7 @@ extension UringTransport {
             self.index = index
             let size = 2 * 4096 + payloadCapacity
             guard let base = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED
-            else { throw Errno(errno, "mmap") }
+            else { throw Errno.current("mmap") }
             mapping = UnsafeMutableRawBufferPointer(start: base, count: size)
             iov = .allocate(capacity: 2)
             iov[0] = iovec(iov_base: base, iov_len: 288)
@@ -295,10 +295,10 @@ extension UringTransport {
             self.index = index
             entries = try (0..<depth).map { try Entry(index: $0, payloadCapacity: payloadCapacity) }
             wake = clinux_eventfd()
-            guard wake >= 0 else { throw Errno(errno, "eventfd") }
+            guard wake >= 0 else { throw Errno.current("eventfd") }
             guard let ring = clinux_uring_create(UInt32(depth + 1)) else {
                 close(wake)
-                throw Errno(errno, "io_uring_setup")
+                throw Errno.current("io_uring_setup")
             }
             self.ring = ring
         }

@@ -56,17 +56,17 @@ extension PlainFileSystem {
         guard options.preserveOwner else { return }
         let gid = try Sys.stat(dir.fd).st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
         if let fd {
-            try retryOnInterrupt("fchown") { fchown(fd, caller.uid, gid) }
+            try Sys.chown(fd, uid: caller.uid, gid: gid)
         } else {
-            try retryOnInterrupt("fchownat") { fchownat(dir.fd, backingName, caller.uid, gid, AT_SYMLINK_NOFOLLOW) }
+            try Sys.chown(backingName, in: dir.fd, uid: caller.uid, gid: gid)
         }
         let setID = mode & (S_ISUID | S_ISGID)
         guard setID != 0, mode & S_IFMT != S_IFDIR, mode & S_IFMT != S_IFLNK else { return }
         if let fd {
-            try retryOnInterrupt("fchmod") { fchmod(fd, mode & 0o7777) }
+            try Sys.chmod(fd, mode & 0o7777)
         } else {
             let path = try FileDescriptor.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
-            try retryOnInterrupt("chmod") { chmod(Sys.procPath(path.rawValue), mode & 0o7777) }
+            try Sys.chmod(Sys.procPath(path.rawValue), mode & 0o7777)
         }
     }
 
@@ -88,7 +88,7 @@ extension PlainFileSystem {
                 iv = try DirectoryIV.create(in: fd.rawValue, durable: false)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
-                try retryOnInterrupt("chmod") { chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited) }
+                try Sys.chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited)
                 try own(temp, in: dir, fd: nil, caller: caller, mode: S_IFDIR)
                 try Sys.rename(temp, in: dir.fd, to: backing.name, in: dir.fd, flags: RENAME_NOREPLACE)
             } catch {
@@ -116,7 +116,7 @@ extension PlainFileSystem {
                         throw error
                     }
                 } else {
-                    try retryOnInterrupt("mknodat") { mknodat(dir.fd, backing.name, mode, device) }
+                    try Sys.mknod(backing.name, in: dir.fd, mode: mode, device: device)
                 }
             }
             return try enter(backing.name, in: dir, plainName: name)
@@ -165,7 +165,7 @@ extension PlainFileSystem {
             let unbind = try node.entry.flatMap { try rebind(.node(node), shownAs: $0.name, in: $0.parent, to: nil, keys: keys) }
             do {
                 try creating(backing, in: dir) {
-                    try retryOnInterrupt("linkat") { linkat(AT_FDCWD, node.procPath, dir.fd, backing.name, AT_SYMLINK_FOLLOW) }
+                    try Sys.link(node.procPath, to: backing.name, in: dir.fd)
                 }
             } catch {
                 unbind?()
@@ -312,13 +312,10 @@ extension PlainFileSystem {
         try withKeys { keys in
             let node = nodes.node(id)
             if let mode = changes.mode, !node.isSymlink {
-                try retryOnInterrupt("chmod") { chmod(node.procPath, mode & 0o7777) }
+                try Sys.chmod(node.procPath, mode & 0o7777)
             }
             if changes.uid != nil || changes.gid != nil {
-                try retryOnInterrupt("fchownat") {
-                    fchownat(node.fd, "", changes.uid ?? uid_t.max, changes.gid ?? gid_t.max,
-                             AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
-                }
+                try Sys.chown("", in: node.fd, uid: changes.uid ?? uid_t.max, gid: changes.gid ?? gid_t.max)
             }
             if let size = changes.size {
                 guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
@@ -335,7 +332,7 @@ extension PlainFileSystem {
             if changes.accessTime != nil || changes.modificationTime != nil {
                 let omit = timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
                 let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
-                try retryOnInterrupt("utimensat") { utimensat(node.fd, "", times, AT_EMPTY_PATH) }
+                try Sys.setTimes(node.fd, times)
             }
             return plain(try Sys.stat(node.fd), of: node.fd)
         }

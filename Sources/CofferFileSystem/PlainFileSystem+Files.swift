@@ -169,9 +169,9 @@ extension PlainFileSystem {
         if mode & S_IXGRP != 0 || (!caller.keepsSetID && caller.gid != st.st_gid) { kept &= ~S_ISGID }
         guard kept != mode else { return false }
         if let fd {
-            try retryOnInterrupt("fchmod") { fchmod(fd, kept) }
+            try Sys.chmod(fd, kept)
         } else {
-            try retryOnInterrupt("chmod") { chmod(node.procPath, kept) }
+            try Sys.chmod(node.procPath, kept)
         }
         return true
     }
@@ -184,7 +184,7 @@ extension PlainFileSystem {
             // later needs a durable undo record. (Cleared before the sync, so that a
             // write racing with it counts as durable: safe, if dearer.)
             file.node.volatileBlocks.removeAll()
-            try retryOnInterrupt(dataOnly ? "fdatasync" : "fsync") { dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd) }
+            try dataOnly ? Sys.fdatasync(file.fd) : Sys.fsync(file.fd)
             if file.writable { try refuseIfRemovedByOthers(file) }
             try makeAncestorsDurable(file.node)
         }
@@ -245,8 +245,8 @@ extension PlainFileSystem {
         } catch let error as Errno where error.code == EACCES && !userWantsRead && flags & O_ACCMODE == O_RDWR {
             let st = try Sys.stat(node.fd)
             guard st.st_uid == geteuid(), st.st_mode & 0o400 == 0 else { throw error }
-            try retryOnInterrupt("chmod") { chmod(node.procPath, (st.st_mode & 0o7777) | 0o400) }
-            defer { _ = chmod(node.procPath, st.st_mode & 0o7777) }
+            try Sys.chmod(node.procPath, (st.st_mode & 0o7777) | 0o400)
+            defer { try? Sys.chmod(node.procPath, st.st_mode & 0o7777) }
             return try FileDescriptor.open(node.procPath, flags: flags)
         }
     }
@@ -274,7 +274,7 @@ extension PlainFileSystem {
     /// access(2) on the backing inode, as the daemon's user.
     public func access(_ id: UInt64, mask: Int32) throws {
         try withKeys { _ in
-            _ = try retryOnInterrupt("access") { Glibc.access(nodes.node(id).procPath, mask) }
+            try Sys.access(nodes.node(id).procPath, mask)
         }
     }
 }

@@ -126,8 +126,8 @@ extension PlainFileSystem {
         } catch let error as Errno where error.code == EACCES {
             guard st.st_uid == geteuid() else { throw error }
             let path = try file.open(flags: O_PATH)
-            try retryOnInterrupt("chmod") { chmod(Sys.procPath(path.rawValue), (st.st_mode & 0o7777) | 0o600) }
-            defer { _ = chmod(Sys.procPath(path.rawValue), st.st_mode & 0o7777) }
+            try Sys.chmod(Sys.procPath(path.rawValue), (st.st_mode & 0o7777) | 0o600)
+            defer { try? Sys.chmod(Sys.procPath(path.rawValue), st.st_mode & 0o7777) }
             let writable = try FileDescriptor.open(Sys.procPath(path.rawValue), flags: O_RDWR)
             return try body(writable.rawValue)
         }

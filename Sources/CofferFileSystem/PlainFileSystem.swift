@@ -305,8 +305,7 @@ public final class PlainFileSystem: Sendable {
 
     /// Free space of the backing file system, scaled to plaintext bytes. Works while locked.
     public func statfs() throws -> statvfs {
-        var st = statvfs()
-        try retryOnInterrupt("fstatvfs") { fstatvfs(nodes.root.fd, &st) }
+        var st = try Sys.statvfs(nodes.root.fd)
         let scale = { (blocks: fsblkcnt_t) -> fsblkcnt_t in
             fsblkcnt_t(Double(blocks) * Double(BlockLayout.plainBlockSize) / Double(BlockLayout.cipherBlockSize))
         }

@@ -152,12 +152,16 @@ enum Frames {
     static func readExactly(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer, by deadline: Deadline) -> Bool {
         var done = 0
         while done < buffer.count {
-            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let rc = poll(&ready, 1, deadline.remainingMilliseconds)
-            if rc < 0 && errno == EINTR { continue }
-            guard rc > 0 else { return false }
-            let n = read(fd, buffer.baseAddress! + done, buffer.count - done)
-            if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+            var ready = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            guard let rc = try? Sys.poll(&ready, timeout: deadline.remainingMilliseconds), rc > 0 else { return false }
+            let n: Int
+            do {
+                n = try Sys.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
+            } catch let error as Errno where error.code == EAGAIN {
+                continue
+            } catch {
+                return false
+            }
             guard n > 0 else { return false }
             done += n
         }

@@ -122,7 +122,7 @@ public final class ControlServer: Sendable {
             var fds = [pollfd(fd: listener.load(ordering: .acquiring), events: Int16(POLLIN), revents: 0)]
                 + overflow.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             let timeout = overflow.map(\.deadline.remainingMilliseconds).min() ?? -1
-            if poll(&fds, nfds_t(fds.count), timeout) < 0 && errno != EINTR { return }
+            guard (try? Sys.poll(&fds, timeout: timeout)) != nil else { return }
             for i in overflow.indices.reversed() {
                 if fds[i + 1].revents != 0 {
                     advance(i, &acceptance)
@@ -137,10 +137,12 @@ public final class ControlServer: Sendable {
 
     /// Accepts one connection; false once the listener is closed (stop()).
     private func acceptOne(_ acceptance: inout Acceptance) -> Bool {
-        let fd = accept(listener.load(ordering: .acquiring), nil, nil)
-        if fd < 0 {
-            switch errno {
-            case EINTR, ECONNABORTED, EAGAIN: return true
+        let fd: Int32
+        do {
+            fd = try Sys.accept(listener.load(ordering: .acquiring))
+        } catch let error as Errno {
+            switch error.code {
+            case ECONNABORTED, EAGAIN: return true
             case EMFILE, ENFILE, ENOBUFS, ENOMEM:
                 // Out of descriptors or memory for a moment: the socket must stay
                 // usable (it is how the owner locks the vault), so wait and retry.
@@ -148,8 +150,9 @@ public final class ControlServer: Sendable {
                 return true
             default: return false
             }
+        } catch {
+            return false
         }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         // The peer is checked before anything else: another user's connection costs
         // no thread and no wait, so a flood of them cannot hold up the owner.
         guard let peer = UnixSocket.peer(fd), peer.uid == owner || peer.uid == 0 else {
@@ -182,8 +185,13 @@ public final class ControlServer: Sendable {
     /// answers a status or a lock, and anything else with `busy`.
     private func advance(_ i: Int, _ acceptance: inout Acceptance) {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        let n = recv(acceptance.overflow[i].fd, &chunk, chunk.count, Int32(MSG_DONTWAIT))
-        if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
+        let received: Int?
+        do {
+            received = try chunk.withUnsafeMutableBytes { try Sys.receiveAvailable(acceptance.overflow[i].fd, into: $0) }
+        } catch {
+            received = 0
+        }
+        guard let n = received else { return }  // nothing there yet
         guard n > 0 else { close(acceptance.overflow.remove(at: i).fd); return }
         acceptance.overflow[i].bytes += chunk.prefix(n)
         let connection = acceptance.overflow[i]
@@ -229,11 +237,12 @@ public final class ControlServer: Sendable {
     /// reset connection), then the refusal is sent and the connection closed.
     private func refuse(_ fd: Int32, uid: uid_t?, _ acceptance: inout Acceptance) {
         var scratch = [UInt8](repeating: 0, count: 4096)
-        for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
+        let discard = { scratch.withUnsafeMutableBytes { ((try? Sys.receiveAvailable(fd, into: $0)) ?? 0) > 0 } }
+        for _ in 0..<17 where discard() {}
         UnixSocket.setTimeout(fd, seconds: 1)
         reply(fd, .failure(ControlError.permissionDenied, "only the mount's owner may use its control socket"))
         shutdown(fd, Int32(SHUT_WR))
-        for _ in 0..<17 where recv(fd, &scratch, scratch.count, Int32(MSG_DONTWAIT)) > 0 {}
+        for _ in 0..<17 where discard() {}
         close(fd)
         acceptance.refusals += 1
         let refusals = acceptance.refusals

@@ -2,6 +2,7 @@
 // can enter ($XDG_RUNTIME_DIR/coffer, /run/coffer for root, else /tmp/coffer-UID, each
 // created 0700 and verified), and a name derived from the mountpoint.
 import CofferCrypto
+import CofferSystem
 import Foundation
 import Glibc
 
@@ -36,9 +37,13 @@ public enum SocketPath {
     /// names its use in the error.
     package static func ensurePrivateDirectory(_ path: String, uid: uid_t, purpose: String = "the control socket") throws {
         let fail = { (why: String) in Failure.unsafeDirectory(path, why, purpose: purpose) }
-        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw fail(String(cString: strerror(errno))) }
-        var st = stat()
-        guard lstat(path, &st) == 0 else { throw fail(String(cString: strerror(errno))) }
+        do {
+            try Sys.mkdir(path, in: AT_FDCWD, mode: 0o700)
+        } catch let error as Errno {
+            if error.code != EEXIST { throw fail(error.text) }
+        }
+        let st: stat
+        do { st = try Sys.stat(path, in: AT_FDCWD) } catch let error as Errno { throw fail(error.text) }
         guard st.st_mode & S_IFMT == S_IFDIR else { throw fail("not a directory (a symlink?)") }
         guard st.st_uid == uid else {
             // Another user made it first (in /tmp anyone can): say so, and the way round it.

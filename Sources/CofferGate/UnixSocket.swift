@@ -1,16 +1,15 @@
 // UnixSocket wraps the few socket calls the control channel needs: bind/listen with a
 // private mode, connect, the peer's credentials (SO_PEERCRED), a receive timeout.
-import CLinux
 import CofferSystem
 import Glibc
 
 enum UnixSocket {
     /// The peer's pid, uid and gid (SO_PEERCRED's struct ucred).
-    struct Credentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
+    typealias Credentials = PeerCredentials
 
     private static func stream() throws -> FileDescriptor {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Errno(errno, "socket") }
+        guard fd >= 0 else { throw Errno.current("socket") }
         return FileDescriptor(owning: fd)
     }
 
@@ -21,8 +20,8 @@ enum UnixSocket {
         let saved = umask(0o077)
         let rc = address.withSockaddr { bind(socket.rawValue, $0, $1) }
         umask(saved)
-        guard rc == 0 else { throw Errno(errno, "bind \(path)") }
-        guard chmod(path, 0o600) == 0, Glibc.listen(socket.rawValue, 16) == 0 else { throw Errno(errno, "listen \(path)") }
+        guard rc == 0 else { throw Errno.current("bind \(path)") }
+        guard chmod(path, 0o600) == 0, Glibc.listen(socket.rawValue, 16) == 0 else { throw Errno.current("listen \(path)") }
         return socket
     }
 
@@ -30,14 +29,11 @@ enum UnixSocket {
     static func connect(to path: String) throws -> FileDescriptor {
         let socket = try stream()
         let address = try UnixSocketAddress(path)
-        guard address.withSockaddr({ Glibc.connect(socket.rawValue, $0, $1) }) == 0 else { throw Errno(errno, "connect \(path)") }
+        guard address.withSockaddr({ Glibc.connect(socket.rawValue, $0, $1) }) == 0 else { throw Errno.current("connect \(path)") }
         return socket
     }
 
-    static func peer(_ fd: Int32) -> Credentials? {
-        var credentials = Credentials()
-        return clinux_peer_credentials(fd, &credentials.pid, &credentials.uid, &credentials.gid) == 0 ? credentials : nil
-    }
+    static func peer(_ fd: Int32) -> Credentials? { Sys.peerCredentials(fd) }
 
     static func setTimeout(_ fd: Int32, seconds: Int) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)

@@ -15,10 +15,10 @@ public struct Errno: Error, Equatable, CustomStringConvertible {
     /// The current thread's errno, tagged with `call`.
     package static func current(_ call: String) -> Errno { Errno(errno, call) }
 
-    public var description: String {
-        let text = String(cString: strerror(code))
-        return call.isEmpty ? text : "\(call): \(text)"
-    }
+    /// What strerror(3) says of the code.
+    public var text: String { String(cString: strerror(code)) }
+
+    public var description: String { call.isEmpty ? text : "\(call): \(text)" }
 
     public static func == (a: Errno, b: Errno) -> Bool { a.code == b.code }
 }
@@ -123,6 +123,66 @@ public enum Sys {
     /// fsync(2).
     public static func fsync(_ fd: Int32) throws {
         try retryOnInterrupt("fsync") { Glibc.fsync(fd) }
+    }
+
+    /// fdatasync(2).
+    public static func fdatasync(_ fd: Int32) throws {
+        try retryOnInterrupt("fdatasync") { Glibc.fdatasync(fd) }
+    }
+
+    /// chmod(2) of `path` (a /proc path reaches an O_PATH descriptor's inode).
+    public static func chmod(_ path: String, _ mode: mode_t) throws {
+        try retryOnInterrupt("chmod") { Glibc.chmod(path, mode) }
+    }
+
+    /// fchmod(2).
+    public static func chmod(_ fd: Int32, _ mode: mode_t) throws {
+        try retryOnInterrupt("fchmod") { Glibc.fchmod(fd, mode) }
+    }
+
+    /// fchown(2).
+    public static func chown(_ fd: Int32, uid: uid_t, gid: gid_t) throws {
+        try retryOnInterrupt("fchown") { Glibc.fchown(fd, uid, gid) }
+    }
+
+    /// fchownat(2) without following a symlink; an empty `name` is `dir` itself. An ID
+    /// of `.max` is left as it is.
+    public static func chown(_ name: String, in dir: Int32, uid: uid_t, gid: gid_t) throws {
+        let flags = AT_SYMLINK_NOFOLLOW | (name.isEmpty ? AT_EMPTY_PATH : 0)
+        try retryOnInterrupt("fchownat") { Glibc.fchownat(dir, name, uid, gid, flags) }
+    }
+
+    /// utimensat(2) of descriptor `fd` itself (O_PATH too); `times`: atime, mtime.
+    public static func setTimes(_ fd: Int32, _ times: [timespec]) throws {
+        try retryOnInterrupt("utimensat") { Glibc.utimensat(fd, "", times, AT_EMPTY_PATH) }
+    }
+
+    /// futimens(2) of an open descriptor; `times`: atime, mtime.
+    public static func setTimes(open fd: Int32, _ times: [timespec]) throws {
+        try retryOnInterrupt("futimens") { Glibc.futimens(fd, times) }
+    }
+
+    /// access(2) of `path`.
+    public static func access(_ path: String, _ mask: Int32) throws {
+        try retryOnInterrupt("access") { Glibc.access(path, mask) }
+    }
+
+    /// fstatvfs(2).
+    public static func statvfs(_ fd: Int32) throws -> statvfs {
+        var st = Glibc.statvfs()
+        try retryOnInterrupt("fstatvfs") { Glibc.fstatvfs(fd, &st) }
+        return st
+    }
+
+    /// mknodat(2).
+    public static func mknod(_ name: String, in dir: Int32, mode: mode_t, device: dev_t) throws {
+        try retryOnInterrupt("mknodat") { Glibc.mknodat(dir, name, mode, device) }
+    }
+
+    /// linkat(2): a new name `name` in `dir` for the file at `path` (a /proc path reaches
+    /// an O_PATH descriptor's inode; followed).
+    public static func link(_ path: String, to name: String, in dir: Int32) throws {
+        try retryOnInterrupt("linkat") { Glibc.linkat(AT_FDCWD, path, dir, name, AT_SYMLINK_FOLLOW) }
     }
 
     /// renameat(2).

@@ -113,7 +113,7 @@ public struct ContentFile {
         precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize)
         let times = try times ?? { let before = try Sys.stat(fd); return [before.st_atim, before.st_mtim] }()
         try tag.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
-        try retryOnInterrupt("futimens") { futimens(fd, times) }
+        try Sys.setTimes(open: fd, times)
     }
 
     /// The backing file's size, and the plaintext size it means.
@@ -540,7 +540,7 @@ public struct ContentFile {
             if record.oldLength < ContentCipher.blockSize || size < end {
                 try Sys.truncate(fd, to: end)
             }
-            try retryOnInterrupt("fdatasync") { fdatasync(fd) }
+            try Sys.fdatasync(fd)
         }
         return found
     }
@@ -591,7 +591,7 @@ extension ContentFile {
             } else {
                 try Sys.truncate(fd, to: layout.cipherSize(plainSize: kept * BlockLayout.plainBlockSize))
             }
-            try retryOnInterrupt("fdatasync") { fdatasync(fd) }
+            try Sys.fdatasync(fd)
         }
         return kept * BlockLayout.plainBlockSize
     }

@@ -84,7 +84,7 @@ public enum PlaceBinding {
             try file.setPlaceTag(newTag, keeping: times)
         } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
             try file.setPlaceTag(newTag, keeping: times)
-            try retryOnInterrupt("fdatasync") { fdatasync(file.fd) }
+            try Sys.fdatasync(file.fd)
         }
     }
 }

@@ -220,7 +220,7 @@ public final class UndoJournal: Sendable {
         records = numbered
         let bytes = records.flatMap(\.encoded)
         try bytes.withUnsafeBytes { try Sys.writeFully(file, $0, at: offset) }
-        if durable { try retryOnInterrupt("fdatasync") { fdatasync(file) } }
+        if durable { try Sys.fdatasync(file) }
     }
 
     /// After a trim that kept nothing (a clean exit), removes the journal file: no crash

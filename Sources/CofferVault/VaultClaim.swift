@@ -17,15 +17,15 @@ public final class VaultClaim {
     public init(_ vault: Vault, patience: Double = 2) throws {
         let fd = try vault.root.reopenDirectory(flags: O_RDONLY)
         var waited = 0.0
-        while flock(fd.rawValue, LOCK_EX | LOCK_NB) != 0 {
-            let code = errno
-            if code == EWOULDBLOCK && waited < patience {
+        while true {
+            do {
+                try Sys.lockFile(fd.rawValue, LOCK_EX | LOCK_NB)
+                break
+            } catch let error as Errno where error.code == EWOULDBLOCK {
+                guard waited < patience else { throw VaultError.alreadyMounted(path: vault.path) }
                 usleep(50_000)
                 waited += 0.05
-                continue
             }
-            if code == EINTR { continue }
-            throw code == EWOULDBLOCK ? VaultError.alreadyMounted(path: vault.path) : Errno(code, "flock")
         }
         self.fd = fd
     }

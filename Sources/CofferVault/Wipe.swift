@@ -35,7 +35,7 @@ extension Vault {
             let fd = try FileDescriptor.openRegular(name, in: root.rawValue)
             size = Int(try Sys.stat(fd.rawValue).st_size)
         }
-        try retryOnInterrupt("chmod") { chmod(Sys.procPath(root.rawValue) + "/" + name, 0o600) }
+        try Sys.chmod(Sys.procPath(root.rawValue) + "/" + name, 0o600)
         let writable = try FileDescriptor.openRegular(name, in: root.rawValue, flags: O_WRONLY)
         for _ in 0..<2 {
             let noise = Sodium.randomArray(count: size)

@@ -1,7 +1,6 @@
 // ChildProcess is the one way coffer starts other programs — the daemon, the KDF
 // helper, an --extpass command, fusermount3 — with posix_spawn, handing each child
 // exactly the descriptors it is meant to have, and waits for them.
-import CLinux
 import CofferSystem
 import Glibc
 
@@ -39,7 +38,7 @@ enum ChildProcess {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        if newSession { posix_spawnattr_setflags(&attributes, clinux_POSIX_SPAWN_SETSID) }
+        if newSession { posix_spawnattr_setflags(&attributes, Sys.spawnNewSession) }
 
         var argv = arguments.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
@@ -50,26 +49,20 @@ enum ChildProcess {
         return pid
     }
 
-    /// waitpid(2) until `pid` has ended, retried on EINTR; its wait status.
+    /// Waits until `pid` has ended; how it ended.
     @discardableResult
-    static func wait(_ pid: pid_t) -> Int32 {
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        return status
-    }
+    static func wait(_ pid: pid_t) -> WaitStatus { Sys.wait(pid) }
 
     /// Runs `program` with `arguments` (argv[0] first) to its end, standard input and
     /// output on /dev/null; returns its wait status and what it wrote to standard error.
-    static func run(_ program: String, _ arguments: [String]) throws -> (status: Int32, errors: String) {
+    static func run(_ program: String, _ arguments: [String]) throws -> (status: WaitStatus, errors: String) {
         let pipe = try Sys.pipe()
         let pid = try spawn(program, arguments, descriptors: [2: pipe.write.rawValue], newSession: false)
         pipe.write.close()
         var errors: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = read(pipe.read.rawValue, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
+        let source = pipe.read.rawValue
+        while let n = try? buffer.withUnsafeMutableBytes({ try Sys.read(source, into: $0) }), n > 0 {
             errors += buffer.prefix(n)
         }
         pipe.read.close()

@@ -1,7 +1,6 @@
 // DaemonLauncher starts `coffer mount --foreground` as a detached child (new session,
 // stdio on /dev/null) with a pipe for the passphrase and a pipe for its status, so no
 // secret ever appears in argv or the environment.
-import CLinux
 import CofferCrypto
 import CofferSystem
 import Foundation
@@ -37,10 +36,8 @@ struct DaemonLauncher: ~Copyable {
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         // Up to the first newline: a child of the daemon (fusermount3) may hold the pipe.
-        while !bytes.contains(0x0a) {
-            let n = read(statusPipe.rawValue, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
+        let source = statusPipe.rawValue
+        while !bytes.contains(0x0a), let n = try? buffer.withUnsafeMutableBytes({ try Sys.read(source, into: $0) }), n > 0 {
             bytes += buffer.prefix(n)
         }
         statusPipe.close()
@@ -48,9 +45,12 @@ struct DaemonLauncher: ~Copyable {
         guard let space = line.firstIndex(of: " ") ?? (line.isEmpty ? nil : line.endIndex),
               let code = Int32(line[..<space]) else {
             // No status: the daemon is gone, or going. Wait for it a little, never forever.
-            var status: Int32 = 0
-            for _ in 0..<50 where waitpid(pid, &status, WNOHANG) == 0 { usleep(100_000) }
-            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \(clinux_exit_status(status)))")
+            var ended = Sys.waitIfEnded(pid)
+            for _ in 0..<50 where ended == nil {
+                usleep(100_000)
+                ended = Sys.waitIfEnded(pid)
+            }
+            return (ExitStatus.daemonDied.rawValue, "the daemon ended before the mount was live (exit status \((ended ?? WaitStatus(0)).exitStatus))")
         }
         if code != 0 {
             ChildProcess.wait(pid)

@@ -40,8 +40,8 @@ final class DaemonLog: Sendable {
         } catch let error as Errno {
             throw refuse("its directory cannot be opened (\(String(cString: strerror(error.code))))")
         }
-        var st = stat()
-        guard fstat(dir.rawValue, &st) == 0 else { throw refuse("fstat: \(String(cString: strerror(errno)))") }
+        let st: stat
+        do { st = try Sys.stat(dir.rawValue) } catch let error as Errno { throw refuse("fstat: \(error.text)") }
         guard st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else {
             throw refuse("its directory \(dirPath) can be written by other users")
         }
@@ -52,7 +52,7 @@ final class DaemonLog: Sendable {
         } catch let error as Errno {
             throw refuse(error.code == ELOOP ? "it is a symlink" : String(cString: strerror(error.code)))
         }
-        guard fstat(file.rawValue, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw refuse("not a regular file") }
+        guard let kind = try? Sys.stat(file.rawValue).st_mode & S_IFMT, kind == S_IFREG else { throw refuse("not a regular file") }
         // The log keeps it for the daemon's life.
         return DaemonLog(destination: .file(file.release()))
     }

@@ -1,6 +1,5 @@
 // ExternalPassphrase runs the command of --extpass (no shell) and reads the passphrase
 // from the first line of its standard output, as gocryptfs's -extpass does.
-import CLinux
 import CofferCrypto
 import CofferSystem
 import Glibc
@@ -48,7 +47,7 @@ enum ExternalPassphrase {
         pipe.read.close()
         let status = ChildProcess.wait(pid)
         // The command's own verdict first: a failing command's partial output is no secret.
-        let signal = clinux_term_signal(status), code = clinux_exit_status(status)
+        let signal = status.signal, code = status.exitStatus
         guard signal == 0, code == 0 else {
             if case .success(let secret?) = line { secret.wipe() }
             throw CommandFailure(status: .extpassFailed,
@@ -68,10 +67,7 @@ enum ExternalPassphrase {
         defer { buffer.wipe() }
         var total = 0
         buffer.withUnsafeMutableBytes { bytes in
-            while total < maxDrain {
-                let n = Glibc.read(fd, bytes.baseAddress, bytes.count)
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { break }
+            while total < maxDrain, let n = try? Sys.read(fd, into: bytes), n > 0 {
                 total += n
             }
         }

@@ -80,7 +80,7 @@ struct InitCommand: ParsableCommand {
             switch keyFile {
             case .some(let keyFD):
                 try writeSecretLine(text, to: keyFD.rawValue)
-                guard fsync(keyFD.rawValue) == 0 else { throw Errno(errno, "fsync \(recoveryKeyOut!)") }
+                guard fsync(keyFD.rawValue) == 0 else { throw Errno.current("fsync \(recoveryKeyOut!)") }
                 created = true
                 print("Created vault \(cipherdir). Recovery key written to \(recoveryKeyOut!).")
             case .none:

@@ -67,12 +67,13 @@ enum MountPoint {
     static func checkUsable(_ path: String) throws -> String {
         var st = stat()
         guard stat(path, &st) == 0 else {
-            if errno == ENOENT || errno == ENAMETOOLONG { throw missing(path) }
-            if errno == ENOTCONN {
+            let error = Errno.current("stat")
+            if error.code == ENOENT || error.code == ENAMETOOLONG { throw missing(path) }
+            if error.code == ENOTCONN {
                 throw CommandFailure(status: .mountpointBusy,
                                      message: "mountpoint \(path) is a mount whose daemon died; run fusermount3 -u \(path) first")
             }
-            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path): \(String(cString: strerror(errno)))")
+            throw CommandFailure(status: .mountpointMissing, message: "mountpoint \(path): \(error.text)")
         }
         guard st.st_mode & S_IFMT == S_IFDIR else {
             throw CommandFailure(status: .mountpointNotDirectory, message: "mountpoint \(path) is not a directory")
@@ -92,7 +93,7 @@ enum MountPoint {
         // so for them it only has to exist.
         guard geteuid() == 0 ? access("/dev/fuse", R_OK | W_OK) == 0 : access("/dev/fuse", F_OK) == 0 else {
             throw CommandFailure(status: .fuseUnavailable,
-                                 message: "/dev/fuse is unavailable (\(String(cString: strerror(errno)))): is FUSE enabled in this kernel or container?")
+                                 message: "/dev/fuse is unavailable (\(Errno.current("access").text)): is FUSE enabled in this kernel or container?")
         }
         return canonical
     }

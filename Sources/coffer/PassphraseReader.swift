@@ -68,11 +68,12 @@ enum PassphraseReader {
         var sawNewline = false
         try buffer.withUnsafeMutableBytes { bytes in
             while length < maxLength {
-                let n = Glibc.read(fd, bytes.baseAddress! + length, 1)
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 {
+                let n: Int
+                do {
+                    n = try Sys.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: bytes[length..<length + 1]))
+                } catch let error as Errno {
                     throw CommandFailure(status: .passphraseUnreadable,
-                                         message: "cannot read \(what): \(String(cString: strerror(errno)))")
+                                         message: "cannot read \(what): \(String(cString: strerror(error.code)))")
                 }
                 if n == 0 { break }
                 if bytes[length] == 0x0a { bytes[length] = 0; sawNewline = true; break }

@@ -1,15 +1,13 @@
 // ProcessHardening prepares the daemon's process: its memory stays out of core dumps
 // and ptrace by other processes of the same user (prctl PR_SET_DUMPABLE 0), and it may
 // hold as many descriptors as the system allows.
-import CLinux
+import CofferSystem
 import Foundation
 import Glibc
 
 enum ProcessHardening {
-    /// prctl(PR_SET_DUMPABLE, 0), through the shim (prctl is variadic).
-    static func disableCoreDumps() {
-        _ = clinux_set_dumpable(0)
-    }
+    /// prctl(PR_SET_DUMPABLE, 0).
+    static func disableCoreDumps() { Sys.setDumpable(false) }
 
     /// Every node the kernel holds keeps one O_PATH descriptor, so the number of files
     /// the kernel can keep cached is the descriptor limit: raise the soft limit to the

@@ -1,6 +1,7 @@
 // SystemdCredential reads the passphrase that systemd hands a unit as the credential
 // coffer.passphrase (LoadCredentialEncrypted=, in $CREDENTIALS_DIRECTORY).
 import CofferCrypto
+import CofferSystem
 import Glibc
 
 enum SystemdCredential {
@@ -13,8 +14,11 @@ enum SystemdCredential {
         let directory = String(cString: value)
         guard directory.hasPrefix("/") else { return nil }
         let path = directory + "/" + passphraseName
-        var st = stat()
-        if lstat(path, &st) != 0 && errno == ENOENT { return nil }
+        do {
+            _ = try Sys.stat(path, in: AT_FDCWD)
+        } catch let error as Errno where error.code == ENOENT {
+            return nil
+        } catch {}
         return try PassphraseReader.fromFile(path)
     }
 }

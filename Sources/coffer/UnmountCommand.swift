@@ -2,8 +2,8 @@
 // for root and for the user who mounted). The daemon then locks and exits, and unmount
 // returns once it has: its keys are wiped and the vault is free for the next mount.
 import ArgumentParser
-import CLinux
 import CofferGate
+import CofferSystem
 import Foundation
 import Glibc
 
@@ -30,7 +30,7 @@ struct UnmountCommand: ParsableCommand {
                 .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 2).status?.pid }
                 .flatMap { pid in LiveDaemons.startTime(pid_t(pid)).map { (pid_t(pid), $0) } }
             let (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
-            guard clinux_term_signal(status) == 0 && clinux_exit_status(status) == 0 else {
+            guard status.succeeded else {
                 if text.contains("busy") || text.contains("Device or resource busy") {
                     throw CommandFailure(status: .unmountBusy, message: "\(mountpoint) is busy: a process still uses it")
                 }
