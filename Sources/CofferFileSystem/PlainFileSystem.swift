@@ -90,11 +90,11 @@ public final class PlainFileSystem: Sendable {
     ///               (only to find the semaphore to wait on or to signal);
     ///               NodeTable.table → Node.state
     ///     workers:  Node.contentLock (R or W)
-    ///               → UndoJournal.rewrites (R) → UndoJournal.lock;
+    ///               → UndoJournal.rewrites (R) → UndoJournal.state;
     ///               Node.contentLock → FileIDCache, VolatileBlocks
     ///
     /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
-    /// VolatileBlocks, DurableDirectories, UndoJournal.lock. NodeTable.table and
+    /// VolatileBlocks, DurableDirectories, UndoJournal.state. NodeTable.table and
     /// Node.state may be taken with or without Node.contentLock held. The in-flight count
     /// is the workers' shared hold on the keys: `lock()` closes the gate and then waits
     /// (up to `lockWaitBound`) for the count to drain, which is what excludes workers.
@@ -450,7 +450,8 @@ public final class PlainFileSystem: Sendable {
 
     // MARK: Damage
 
-    /// Turns content damage into EIO with one log line naming the file and block.
+    /// Logs content damage (a `VaultError` thrown by `body`) in one line naming the file
+    /// and block, and rethrows it; ErrnoMapping makes it EIO.
     func reportingDamage<R>(_ node: Node, _ body: () throws -> R) throws -> R {
         do {
             return try body()

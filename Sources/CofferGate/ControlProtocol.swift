@@ -121,6 +121,12 @@ public struct ControlResponse: Codable, Equatable {
     }
 }
 
+/// Messages of successful responses that a client tells apart (both sides use these).
+public enum ControlMessage {
+    /// An unlock of a view that was unlocked already: nothing was done.
+    public static let alreadyUnlocked = "already unlocked"
+}
+
 /// Error codes of failed responses.
 public enum ControlError {
     public static let malformed = "malformed-request"

@@ -105,7 +105,7 @@ public final class Gate: Sendable {
     /// Why an unlock is answered without trying the secret, if it is.
     private func refusal(_ state: State) -> ControlResponse? {
         if state.closed { return .failure(ControlError.failed, "the daemon is shutting down") }
-        if fs.isUnlocked { return .success("already unlocked", status: status(state)) }
+        if fs.isUnlocked { return .success(ControlMessage.alreadyUnlocked, status: status(state)) }
         if state.wiped { return .failure(ControlError.wiped, "the vault was wiped; it can never be unlocked again") }
         let wait = state.throttle.retryAfter
         guard wait > 0 else { return nil }

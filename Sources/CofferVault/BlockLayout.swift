@@ -82,6 +82,22 @@ public struct BlockLayout: Sendable, Equatable {
         return headerSize + full * Self.cipherBlockSize + (rest > 0 ? rest + Self.overhead : 0)
     }
 
+    /// What `count` ciphertext bytes read from the start of a block open to: their
+    /// plaintext bytes, and whether they end inside a block's nonce or tag (a cut; the
+    /// whole blocks before it still open).
+    public func plainBytes(inCipherBytes count: Int) -> (plain: Int, endsInOverhead: Bool) {
+        let full = Int64(count) / Self.cipherBlockSize, rest = Int64(count) % Self.cipherBlockSize
+        // From format 4 a final block of no bytes is nonce ‖ tag alone.
+        let cut = rest > 0 && (endsInFinalBlock ? rest < Self.overhead : rest <= Self.overhead)
+        return (Int(full * Self.plainBlockSize + max(0, rest - Self.overhead)), cut)
+    }
+
+    /// `length` plaintext bytes from a block's start, rounded up to whole blocks.
+    public static func wholeBlocks(plainLength length: Int) -> Int {
+        let block = Int(plainBlockSize)
+        return (length + block - 1) / block * block
+    }
+
     /// Plaintext length of block `index` in a file of `plainSize` bytes (0 past the end,
     /// and for a final block that holds no byte).
     public static func blockLength(_ index: Int64, plainSize: Int64) -> Int {

@@ -201,20 +201,16 @@ public struct ContentFile {
             byteCount: Int(last - first + 1) * ContentCipher.cipherBlockSize, alignment: 16)
         defer { scratch.deallocate() }
         let n = try Sys.readFully(fd, into: scratch, at: cipherStart)
-        // Plaintext bytes in what was read: whole blocks, then a partial last block.
-        let full = n / ContentCipher.cipherBlockSize, rest = n % ContentCipher.cipherBlockSize
-        let available = full * ContentCipher.blockSize + max(0, rest - ContentCipher.overhead)
+        let (available, endsInOverhead) = layout.plainBytes(inCipherBytes: n)
         let skip = Int(offset - first * BlockLayout.plainBlockSize)
         let wanted = min(buffer.count, available - skip)
-        // From format 4 a final block of no bytes is nonce ‖ tag alone.
-        let cut = layout.endsInFinalBlock ? rest < ContentCipher.overhead : rest <= ContentCipher.overhead
-        if rest > 0 && cut && skip + buffer.count > available {
+        if endsInOverhead && skip + buffer.count > available {
             // Cut inside a block's nonce or tag: the whole blocks before still read.
             throw VaultError.fileTruncated(cipherSize: cipherStart + Int64(n))
         }
         guard wanted > 0, let id = try fileID() else { return 0 }
         // Open only the blocks that hold the wanted bytes.
-        let plainLength = min(available, (skip + wanted + ContentCipher.blockSize - 1) / ContentCipher.blockSize * ContentCipher.blockSize)
+        let plainLength = min(available, BlockLayout.wholeBlocks(plainLength: skip + wanted))
         let sealed = UnsafeRawBufferPointer(rebasing: scratch[0..<ContentCipher.cipherLength(plainLength: plainLength)])
         if skip == 0 && wanted == plainLength {
             try open(sealed, first: first, fileID: id, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]))

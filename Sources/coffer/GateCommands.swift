@@ -126,7 +126,7 @@ struct UnlockCommand: ParsableCommand {
                 ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
             defer { secret.wipe() }
             let response = try target.send(ControlRequest(op: .unlock, secret: kind, secretLength: secret.count), secret: secret)
-            print(response.message == "already unlocked" ? "\(target.mountpoint) was already unlocked" : "\(target.mountpoint) unlocked")
+            print(response.message == ControlMessage.alreadyUnlocked ? "\(target.mountpoint) was already unlocked" : "\(target.mountpoint) unlocked")
         }
     }
 }

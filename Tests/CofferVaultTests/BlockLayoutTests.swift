@@ -53,4 +53,18 @@ final class BlockLayoutTests: XCTestCase {
         XCTAssertEqual(BlockLayout.blockLength(1, plainSize: 100), 0)
         XCTAssertEqual(BlockLayout.blockLength(1, plainSize: 5000), 904)
     }
+
+    /// What a read of ciphertext from a block's start holds: whole blocks, then a partial
+    /// one; 40 bytes are an empty final block from format 4, a cut before.
+    func testPlainBytesOfWhatWasRead() {
+        for layout in [BlockLayout.unbound, .bound] {
+            XCTAssertTrue(layout.plainBytes(inCipherBytes: 0) == (0, false))
+            XCTAssertTrue(layout.plainBytes(inCipherBytes: 4136) == (4096, false))
+            XCTAssertTrue(layout.plainBytes(inCipherBytes: 4136 + 41) == (4097, false))
+            XCTAssertTrue(layout.plainBytes(inCipherBytes: 4136 + 10) == (4096, true), "cut inside a nonce")
+        }
+        XCTAssertTrue(BlockLayout.unbound.plainBytes(inCipherBytes: 4136 + 40) == (4096, true))
+        XCTAssertTrue(BlockLayout.bound.plainBytes(inCipherBytes: 4136 + 40) == (4096, false))
+        XCTAssertEqual([0, 1, 4096, 4097].map { BlockLayout.wholeBlocks(plainLength: $0) }, [0, 4096, 4096, 8192])
+    }
 }
