@@ -13,6 +13,7 @@
 // still carries the old or the new nonce of its newest record is put back from it.
 import CofferCrypto
 import CofferSystem
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -99,6 +100,8 @@ public final class UndoJournal: Sendable {
     /// Writer: dropping records, which must meet no rewrite half done. Taken before
     /// `state` (lock order: see PlainFileSystem's `gate`).
     private let rewrites = ReadWriteLock()
+    /// A trim has been handed to a background thread and has not ended yet.
+    private let trimming = Atomic<Bool>(false)
 
     private struct State: ~Copyable, Sendable {
         var file: FileDescriptor
@@ -187,10 +190,18 @@ public final class UndoJournal: Sendable {
     public func recordedBlocks(_ fileID: FileID) -> Dictionary<Int64, Int>.Keys? { state.withLock { $0.recorded[fileID]?.keys } }
 
     /// Runs a recorded rewrite — `body` appends its records, then writes the slots —
-    /// so that dropping records never meets it half done.
+    /// so that dropping records never meets it half done. Once the journal has grown
+    /// past `trimThreshold`, a trim (a syncfs of the whole backing file system) is
+    /// started on another thread: the request that found it grown does not wait for it.
     public func rewriting<R>(_ body: () throws -> R) rethrows -> R {
         let result = try rewrites.reading(body)
-        if state.withLock({ $0.size > Self.trimThreshold }) { try? trim() }
+        if state.withLock({ $0.size > Self.trimThreshold }),
+           !trimming.exchange(true, ordering: .acquiringAndReleasing) {
+            DispatchQueue.global().async { [self] in
+                defer { trimming.store(false, ordering: .releasing) }
+                try? trim()
+            }
+        }
         return result
     }
 

@@ -4,6 +4,8 @@
 import CofferCrypto
 import CofferSystem
 @testable import CofferVault
+import Dispatch
+import Foundation
 import Glibc
 import TestSupport
 import XCTest
@@ -174,6 +176,31 @@ final class UndoJournalTests: XCTestCase {
         XCTAssertEqual(journalSize, 2 * UndoJournal.recordSize, "a recorded block is always recorded")
         try journal.trim()
         XCTAssertEqual(journalSize, 0)
+    }
+
+    /// Past the trim threshold, the rewrite that finds the journal grown does not trim
+    /// (a syncfs of the whole disk) on its own thread: it returns while another rewrite
+    /// is still under way, which a trim has to wait for; the trim follows.
+    func testATrimPastTheThresholdRunsOffTheRequestThread() throws {
+        let journal = try UndoJournal(directory: dir.fd)
+        let id = FileID.random()
+        let needed = Int(UndoJournal.trimThreshold) / UndoJournal.recordSize + 1
+        let records = (0..<needed).map { block in
+            UndoJournal.Record(fileID: id, block: Int64(block), oldLength: 0, newNonce: Sodium.randomArray(count: ContentCipher.nonceSize),
+                               sealed: [UInt8](repeating: 0, count: ContentCipher.overhead))
+        }
+        try journal.append(records, durable: true)
+        XCTAssertGreaterThan(Int64(journalSize), UndoJournal.trimThreshold)
+
+        let underWay = DispatchSemaphore(value: 0), finish = DispatchSemaphore(value: 0), returned = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { journal.rewriting { underWay.signal(); finish.wait() } }
+        underWay.wait()
+        Thread.detachNewThread { journal.rewriting {}; returned.signal() }
+        XCTAssertEqual(returned.wait(timeout: .now() + 30), .success, "the rewrite waited for a trim")
+        XCTAssertGreaterThan(Int64(journalSize), UndoJournal.trimThreshold, "no trim while a rewrite is under way")
+        finish.signal()
+        for _ in 0..<300 where journalSize > 0 { usleep(100_000) }
+        XCTAssertEqual(journalSize, 0, "the trim came once the rewrite ended")
     }
 
     func testVolatileBlocksMergeAndSplit() {
