@@ -290,64 +290,48 @@ public struct ContentFile {
 
     private func write(_ data: UnsafeRawBufferPointer, at offset: Int64, cipherSize: Int64, plainSize oldSize: Int64,
                        undo: inout Undo) throws {
-        let end = offset + Int64(data.count)
-        let first = BlockLayout.blockIndex(plainOffset: offset)
-        // An empty file gets its header with the first write; when that write starts at
-        // block 0, both go to the disk in one pwrite.
+        let plan = WritePlan(offset: offset, count: data.count, plainSize: oldSize, cipherSize: cipherSize, layout: layout)
+        // An empty file (formats 1–3) gets its header with the first write.
         var pendingHeader: FileHeader?
         let id: FileID
-        if cipherSize == 0 && !layout.endsInFinalBlock {
+        if plan.header == .present {
+            guard let known = try fileID() else { throw VaultError.fileTruncated(cipherSize: cipherSize) }
+            id = known
+        } else {
             let header = FileHeader(version: layout.headerVersion, fileID: .random())
-            if first == 0 {
+            if plan.header == .withBlocks {
                 pendingHeader = header
             } else {
                 try header.bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
             }
             ids.fileID = header.fileID
             id = header.fileID
-        } else {
-            guard let known = try fileID() else { throw VaultError.fileTruncated(cipherSize: cipherSize) }
-            id = known
         }
-        let last = BlockLayout.blockIndex(plainOffset: end - 1)
-        let regionStart = first * BlockLayout.plainBlockSize
-        let regionEnd = max(end, min(oldSize, (last + 1) * BlockLayout.plainBlockSize))
-
-        // An old partial last block before the written region becomes a full block (from
-        // format 4, an empty final block too).
-        var size = oldSize
-        let oldLast = BlockLayout.blockIndex(plainOffset: oldSize)
-        if (oldSize % BlockLayout.plainBlockSize != 0 || layout.endsInFinalBlock) && oldLast < first {
-            try resize(oldLast, plainSize: oldSize, to: Int(BlockLayout.plainBlockSize), fileID: id, undo: &undo)
-            size = (oldLast + 1) * BlockLayout.plainBlockSize
+        if let grown = plan.grown {
+            try resize(grown, plainSize: oldSize, to: Int(BlockLayout.plainBlockSize), fileID: id, undo: &undo)
         }
-        // From format 4 a file that grows to a block boundary ends in an empty final block.
-        let finalAfter = layout.endsInFinalBlock && end > size && end % BlockLayout.plainBlockSize == 0
-
-        if offset == regionStart && end == regionEnd {
-            // Whole blocks (or a new tail): seal straight from the caller's buffer.
-            return try commit(data, firstBlock: first, fileID: id, header: pendingHeader, plainSize: size, kept: [],
-                              finalAfter: finalAfter, undo: &undo)
+        if plan.direct {
+            return try commit(data, firstBlock: plan.first, fileID: id, header: pendingHeader, plainSize: plan.plainSize,
+                              kept: [], finalAfter: plan.finalAfter, undo: &undo)
         }
-        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(regionEnd - regionStart), alignment: 16)
+        let plain = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(plan.regionEnd - plan.regionStart), alignment: 16)
         defer { plain.deallocateZeroed() }
         plain.initializeMemory(as: UInt8.self, repeating: 0)
-        // Old slots whose bytes the write keeps in part.
         var kept: [Slot] = []
-        if offset > regionStart && regionStart < size {
-            let length = BlockLayout.blockLength(first, plainSize: size)
-            kept.append(try readSlot(first, plainSize: size, fileID: id,
+        if plan.keepsFirst {
+            let length = BlockLayout.blockLength(plan.first, plainSize: plan.plainSize)
+            kept.append(try readSlot(plan.first, plainSize: plan.plainSize, fileID: id,
                                      into: UnsafeMutableRawBufferPointer(rebasing: plain[0..<length])))
         }
-        if end < regionEnd && !(first == last && !kept.isEmpty) {
-            let length = BlockLayout.blockLength(last, plainSize: size)
-            let at = Int((last - first) * BlockLayout.plainBlockSize)
-            kept.append(try readSlot(last, plainSize: size, fileID: id,
+        if plan.keepsLast {
+            let length = BlockLayout.blockLength(plan.last, plainSize: plan.plainSize)
+            let at = Int((plan.last - plan.first) * BlockLayout.plainBlockSize)
+            kept.append(try readSlot(plan.last, plainSize: plan.plainSize, fileID: id,
                                      into: UnsafeMutableRawBufferPointer(rebasing: plain[at..<at + length])))
         }
-        (plain.baseAddress! + Int(offset - regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
-        try commit(UnsafeRawBufferPointer(plain), firstBlock: first, fileID: id, header: pendingHeader, plainSize: size,
-                   kept: kept, finalAfter: finalAfter, undo: &undo)
+        (plain.baseAddress! + Int(offset - plan.regionStart)).copyMemory(from: data.baseAddress!, byteCount: data.count)
+        try commit(UnsafeRawBufferPointer(plain), firstBlock: plan.first, fileID: id, header: pendingHeader,
+                   plainSize: plan.plainSize, kept: kept, finalAfter: plan.finalAfter, undo: &undo)
     }
 
     /// Seals `plain` as the blocks from `firstBlock` of a file now `plainSize` bytes long
@@ -372,13 +356,12 @@ public struct ContentFile {
 
         // What a failure puts back: the slots recorded, and all that was overwritten
         // when the write also grows the file.
-        var slots = kept
-        if let recordedBlocks = safety?.journal.recordedBlocks(id) {
-            for block in recordedBlocks where (firstBlock...lastBlock).contains(block)
-                && block * BlockLayout.plainBlockSize < plainSize && !slots.contains(where: { $0.index == block }) {
-                slots.append(try readSlot(block, plainSize: plainSize, fileID: id))
-            }
+        let records = safety.map { safety in
+            WritePlan.Records(blocks: firstBlock...lastBlock, plainSize: plainSize, kept: kept.map(\.index),
+                              recorded: safety.journal.recordedBlocks(id).map(Array.init) ?? [], volatile: safety.volatile.contains)
         }
+        var slots = kept
+        for block in records?.extra ?? [] { slots.append(try readSlot(block, plainSize: plainSize, fileID: id)) }
         let cipherSize = layout.cipherSize(plainSize: plainSize)
         if start + Int64(sealed.count) > cipherSize && start < cipherSize
             && !(slots.count == 1 && layout.cipherOffset(block: slots[0].index) == start
@@ -390,25 +373,22 @@ public struct ContentFile {
         undo.slots += slots.map { (layout.cipherOffset(block: $0.index), $0.bytes) }
 
         let write = { try Sys.writeFully(self.fd, UnsafeRawBufferPointer(sealed), at: start) }
-        // Blocks that keep bytes they may have held at the last fsync.
-        let keepingDurable = kept.map(\.index).filter { safety?.volatile.contains($0) == false }
-        if let safety, !slots.isEmpty {
-            let records = slots.map { slot -> UndoJournal.Record in
+        if let safety, let records, !slots.isEmpty {
+            let entries = slots.map { slot -> UndoJournal.Record in
                 let at = Int(layout.cipherOffset(block: slot.index) - start)
                 return UndoJournal.Record(fileID: id, block: slot.index, oldLength: slot.length,
                                           newNonce: Array(sealed[at..<at + ContentCipher.nonceSize]), sealed: slot.bytes)
             }
             // A block not known to be volatile may hold fsynced bytes: its record must
             // be on the disk before the slot is touched.
-            let durable = slots.contains { !safety.volatile.contains($0.index) }
             try safety.journal.rewriting {
-                try safety.journal.append(records, durable: durable)
+                try safety.journal.append(entries, durable: records.durable)
                 try write()
             }
         } else {
             try write()
         }
-        if let safety {
+        if let safety, let records {
             if safety.synchronous {
                 safety.volatile.remove(firstBlock...lastBlock)
             } else {
@@ -416,7 +396,7 @@ public struct ContentFile {
                 // it stays durable, and so does the record of its next rewrite (a ring
                 // record lost in a cut would leave that rewrite's tear matching no record).
                 safety.volatile.insert(firstBlock...lastBlock)
-                for block in keepingDurable { safety.volatile.remove(block...block) }
+                for block in records.stayDurable { safety.volatile.remove(block...block) }
             }
         }
     }
