@@ -92,6 +92,13 @@ public struct BlockLayout: Sendable, Equatable {
         return (Int(full * Self.plainBlockSize + max(0, rest - Self.overhead)), cut)
     }
 
+    /// Block slots in a backing file of `cipherSize` bytes: the whole ones, and with
+    /// `partial` a partial last one too.
+    public func slots(cipherSize: Int64, countingPartial partial: Bool) -> Int64 {
+        let body = max(0, cipherSize - headerSize)
+        return (partial ? body + Self.cipherBlockSize - 1 : body) / Self.cipherBlockSize
+    }
+
     /// `length` plaintext bytes from a block's start, rounded up to whole blocks.
     public static func wholeBlocks(plainLength length: Int) -> Int {
         let block = Int(plainBlockSize)

@@ -344,7 +344,7 @@ public struct ContentFile {
                         plainSize: Int64, kept: [Slot], finalAfter: Bool = false, undo: inout Undo) throws {
         let prefix = header?.bytes.count ?? 0
         let length = ContentCipher.cipherLength(plainLength: plain.count)
-        let lastBlock = firstBlock + Int64((plain.count - 1) / ContentCipher.blockSize)
+        let lastBlock = firstBlock + BlockLayout.blockIndex(plainOffset: Int64(plain.count - 1))
         let final = finalAfter ? try sealedFinalBlock(lastBlock + 1, length: 0, fileID: id) : []
         let sealed = UnsafeMutableRawBufferPointer.allocate(byteCount: prefix + length + final.count, alignment: 16)
         defer { sealed.deallocate() }
@@ -545,9 +545,7 @@ extension ContentFile {
             guard cipherSize > layout.headerSize else { return nil }
         }
         // Slots on the disk: from format 4 only whole ones count (the final block failed).
-        let body = cipherSize - layout.headerSize
-        let blocks = ending ? body / BlockLayout.cipherBlockSize
-                            : (body + BlockLayout.cipherBlockSize - 1) / BlockLayout.cipherBlockSize
+        let blocks = layout.slots(cipherSize: cipherSize, countingPartial: !ending)
         var probe = [UInt8](repeating: 0, count: 1)
         var kept = blocks
         while kept > 0 {

@@ -66,5 +66,10 @@ final class BlockLayoutTests: XCTestCase {
         XCTAssertTrue(BlockLayout.unbound.plainBytes(inCipherBytes: 4136 + 40) == (4096, true))
         XCTAssertTrue(BlockLayout.bound.plainBytes(inCipherBytes: 4136 + 40) == (4096, false))
         XCTAssertEqual([0, 1, 4096, 4097].map { BlockLayout.wholeBlocks(plainLength: $0) }, [0, 4096, 4096, 8192])
+        let unbound = BlockLayout.unbound, header = unbound.headerSize
+        XCTAssertEqual(unbound.slots(cipherSize: header + 4136 + 100, countingPartial: false), 1)
+        XCTAssertEqual(unbound.slots(cipherSize: header + 4136 + 100, countingPartial: true), 2)
+        XCTAssertEqual(unbound.slots(cipherSize: header + 2 * 4136, countingPartial: true), 2)
+        XCTAssertEqual(unbound.slots(cipherSize: 0, countingPartial: true), 0, "an empty file has no slot")
     }
 }
