@@ -205,8 +205,8 @@ extension PlainFileSystem {
     /// symlink with a long target (whose sidecar must go with it), else nil. `st` is its
     /// stat; the link is read only in vaults that have such sidecars.
     private func lastLinkTargetSidecar(_ backingName: String, stat st: stat, in dir: Node, keys: Keys) -> String? {
-        guard keys.codecs.symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1, st.st_size == SymlinkCodec.referenceLength,
-              let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
+        guard keys.codecs.symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1,
+              st.st_size == SymlinkCodec.referenceLength, let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
         return keys.codecs.symlinks.sidecar(of: linkTarget)
     }
 
