@@ -160,36 +160,4 @@ public final class FuseSession: @unchecked Sendable {
         }
         SessionIO.stopRings()
     }
-
-    /// Tells the kernel to drop its cached pages and attributes of `node`.
-    @discardableResult
-    public func invalidate(node: UInt64) -> Int32 {
-        fuse_lowlevel_notify_inval_inode(session, node, 0, 0)
-    }
-}
-
-extension FuseSession {
-    /// Tells the kernel to drop its cached directory entry `name` in `parent`.
-    @discardableResult
-    public func invalidate(parent: UInt64, name: [UInt8]) -> Int32 {
-        name.withUnsafeBufferPointer { invalidate(parent: parent, name: $0) }
-    }
-
-    /// Tells the kernel to drop its cached directory entry `name` in `parent`; the
-    /// NUL-terminated copy it needs is zeroed afterwards (the name may be secret).
-    @discardableResult
-    public func invalidate(parent: UInt64, name: UnsafeBufferPointer<UInt8>) -> Int32 {
-        notifyInvalidEntry(session, parent: parent, name: name)
-    }
-}
-
-/// fuse_lowlevel_notify_inval_entry with the NUL-terminated copy of `name` it needs,
-/// zeroed afterwards (the name may be secret). For FuseSession and SessionLink.
-func notifyInvalidEntry(_ session: OpaquePointer?, parent: UInt64, name: UnsafeBufferPointer<UInt8>) -> Int32 {
-    withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { cName in
-        defer { explicit_bzero(cName.baseAddress!, cName.count) }
-        name.withMemoryRebound(to: CChar.self) { _ = cName.initialize(from: $0) }
-        cName[name.count] = 0
-        return fuse_lowlevel_notify_inval_entry(session, parent, cName.baseAddress, name.count)
-    }
 }

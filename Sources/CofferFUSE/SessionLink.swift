@@ -5,6 +5,7 @@
 // there is no kernel cache of the mount, so nothing is there to invalidate, and a
 // request is rightly dropped.
 import CFuse
+import Glibc
 import Synchronization
 
 public final class SessionLink: Sendable {
@@ -41,6 +42,13 @@ public final class SessionLink: Sendable {
     /// Not from a request handler: it waits for the directory's lock.
     public func invalidateEntry(_ parent: UInt64, _ name: UnsafeBufferPointer<UInt8>) {
         guard let session = OpaquePointer(bitPattern: session.load(ordering: .acquiring)) else { return }
-        _ = notifyInvalidEntry(session, parent: parent, name: name)
+        // fuse_lowlevel_notify_inval_entry needs a NUL-terminated copy: zeroed after
+        // the call (the name may be secret).
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { cName in
+            defer { explicit_bzero(cName.baseAddress!, cName.count) }
+            name.withMemoryRebound(to: CChar.self) { _ = cName.initialize(from: $0) }
+            cName[name.count] = 0
+            _ = fuse_lowlevel_notify_inval_entry(session, parent, cName.baseAddress, name.count)
+        }
     }
 }

@@ -41,6 +41,17 @@ final class NodeTable: Sendable {
         /// Entering order: each remember() stamps the node with the next tick (LRU).
         var tick: UInt64 = 0
         var pressureReported = false
+
+        /// One more kernel reference to the known node of `key` (stamped as just
+        /// entered), or nil if the table holds none.
+        mutating func enterAgain(_ key: InodeKey) -> Node? {
+            guard var known = byInode[key] else { return nil }
+            tick += 1
+            known.lookups += 1
+            known.lastEntered = tick
+            byInode[key] = known
+            return known.node
+        }
     }
 
     init(root: Node, pressureThreshold: Int = .max, onPressure: @escaping @Sendable (NodeTable) -> Void = { _ in }) {
@@ -83,12 +94,7 @@ final class NodeTable: Sendable {
     func rememberAgain(_ node: Node) -> Bool {
         let key = InodeKey(dev: node.dev, ino: node.ino)
         return table.withLock { table in
-            guard var known = table.byInode[key], known.node === node else { return false }
-            table.tick += 1
-            known.lookups += 1
-            known.lastEntered = table.tick
-            table.byInode[key] = known
-            return true
+            table.byInode[key]?.node === node && table.enterAgain(key) != nil
         }
     }
 
@@ -101,13 +107,8 @@ final class NodeTable: Sendable {
         let key = InodeKey(dev: UInt64(st.st_dev), ino: UInt64(st.st_ino))
         let threshold = pressureThreshold
         let (node, isNew, pressed): (Node, Bool, Bool) = table.withLock { table in
+            if let known = table.enterAgain(key) { return (known, false, false) }
             table.tick += 1
-            if var known = table.byInode[key] {
-                known.lookups += 1
-                known.lastEntered = table.tick
-                table.byInode[key] = known
-                return (known.node, false, false)
-            }
             let node = Node(fd: pending.take()!, stat: st)
             table.byInode[key] = Known(node: node, lookups: 1, lastEntered: table.tick)
             if table.byInode.count > threshold && !table.pressureReported {

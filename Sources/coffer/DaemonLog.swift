@@ -38,7 +38,7 @@ final class DaemonLog: Sendable {
         do {
             dir = try FileDescriptor.open(dirPath, flags: O_RDONLY | O_DIRECTORY)
         } catch let error as Errno {
-            throw refuse("its directory cannot be opened (\(String(cString: strerror(error.code))))")
+            throw refuse("its directory cannot be opened (\(error.text))")
         }
         let st: stat
         do { st = try Sys.stat(dir.rawValue) } catch let error as Errno { throw refuse("fstat: \(error.text)") }
@@ -50,7 +50,7 @@ final class DaemonLog: Sendable {
             file = try FileDescriptor.open(url.lastPathComponent, in: dir.rawValue,
                                            flags: O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK, mode: 0o600)
         } catch let error as Errno {
-            throw refuse(error.code == ELOOP ? "it is a symlink" : String(cString: strerror(error.code)))
+            throw refuse(error.code == ELOOP ? "it is a symlink" : error.text)
         }
         guard let kind = try? Sys.stat(file.rawValue).st_mode & S_IFMT, kind == S_IFREG else { throw refuse("not a regular file") }
         // The log keeps it for the daemon's life.

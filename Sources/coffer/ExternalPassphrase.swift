@@ -34,7 +34,7 @@ enum ExternalPassphrase {
             pid = try ChildProcess.spawn(program, words, descriptors: descriptors, newSession: false)
         } catch let error as Errno {
             throw CommandFailure(status: .extpassFailed,
-                                 message: "--extpass: cannot run \(program): \(String(cString: strerror(error.code)))")
+                                 message: "--extpass: cannot run \(program): \(error.text)")
         }
         pipe.write.close()
         let line: Result<SecureBytes?, Error>

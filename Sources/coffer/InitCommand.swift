@@ -60,7 +60,7 @@ struct InitCommand: ParsableCommand {
                     keyFile = try FileDescriptor.open(out, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o600)
                 } catch let error as Errno {
                     throw CommandFailure(status: .recoveryKeyUnwritable,
-                                         message: "cannot create \(out): \(String(cString: strerror(error.code)))")
+                                         message: "cannot create \(out): \(error.text)")
                 }
             } else {
                 keyFile = nil

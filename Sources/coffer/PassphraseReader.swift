@@ -15,7 +15,7 @@ enum PassphraseReader {
             fd = try FileDescriptor.open(path, flags: O_RDONLY)
         } catch let error as Errno {
             throw CommandFailure(status: .passphraseUnreadable,
-                                 message: "cannot read \(what) file \(path): \(String(cString: strerror(error.code)))")
+                                 message: "cannot read \(what) file \(path): \(error.text)")
         }
         return try readLine(fd.rawValue, what: what)
     }
@@ -73,7 +73,7 @@ enum PassphraseReader {
                     n = try Sys.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: bytes[length..<length + 1]))
                 } catch let error as Errno {
                     throw CommandFailure(status: .passphraseUnreadable,
-                                         message: "cannot read \(what): \(String(cString: strerror(error.code)))")
+                                         message: "cannot read \(what): \(error.text)")
                 }
                 if n == 0 { break }
                 if bytes[length] == 0x0a { bytes[length] = 0; sawNewline = true; break }
