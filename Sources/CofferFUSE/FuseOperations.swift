@@ -61,6 +61,16 @@ enum FuseOperations {
         conn.pointee.max_write = 1 << 20
         conn.pointee.max_readahead = 1 << 20
         conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
+        // No page drop on a changed mtime (libfuse asks for it by default). With it the
+        // kernel drops all of a file's pages whenever it refetches attributes after one
+        // of this mount's own writes — pages whose write is still on its way to the
+        // daemon included. A read sent after the drop can then reach the daemon before
+        // that write (FUSE over io_uring serves each CPU's requests on its own ring;
+        // /dev/fuse, on several threads) and put the old bytes back in the cache for
+        // good: sqlite then wrote them back and lost committed transactions. What
+        // another program changes is dropped by the daemon itself (OtherWriters), and
+        // a lock drops everything.
+        conn.pointee.want &= ~UInt32(FUSE_CAP_AUTO_INVAL_DATA)
         if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
             conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
             conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)

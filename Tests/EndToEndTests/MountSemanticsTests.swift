@@ -276,6 +276,22 @@ final class MountSemanticsTests: EndToEndCase {
         XCTAssertTrue(r.stdout.contains("chown getattr 0 setattr 1\n"), r.stdout)
     }
 
+    /// A write through the mount must not make the kernel drop the file's pages when it
+    /// next fetches the attributes (the mtime changed): that drop also takes pages whose
+    /// write is still on its way to the daemon, and a read that overtakes the write then
+    /// caches the old bytes — how sqlite in WAL mode lost committed transactions.
+    func testTheMountsOwnWritesKeepTheFilesPages() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            head -c 65536 /dev/urandom > f; cat f > /dev/null
+            [ "$(fincore -b -n -o RES f | tr -d ' ')" = 65536 ] || { echo "not cached: $(fincore f)"; exit 1; }
+            sleep 0.1                                   # the write below gets another mtime
+            printf x | dd of=f bs=1 seek=100 conv=notrunc 2>/dev/null
+            stat f > /dev/null                          # the attributes, fetched again
+            [ "$(fincore -b -n -o RES f | tr -d ' ')" = 65536 ] || { echo "pages dropped: $(fincore f)"; exit 1; }
+            """), "pages kept through a write")
+    }
+
     /// Each node holds one O_PATH descriptor; once the kernel forgets the inodes (cache
     /// drop), the table must shrink again rather than grow without bound.
     func testForgottenNodesAreReleased() {
