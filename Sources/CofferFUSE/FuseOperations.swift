@@ -233,10 +233,10 @@ enum FuseOperations {
                      _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         replying(req) {
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
-            var n = 0
-            // Plaintext must not linger in freed memory after a lock.
-            defer { explicit_bzero(buffer.baseAddress!, n); buffer.deallocate() }
-            n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
+            // Plaintext must not linger in freed memory after a lock; a read that failed
+            // on a damaged block may have left the blocks before it.
+            defer { explicit_bzero(buffer.baseAddress!, size); buffer.deallocate() }
+            let n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
             fuse_reply_buf(req, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), n)
         }
     }

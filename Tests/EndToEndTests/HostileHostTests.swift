@@ -438,17 +438,32 @@ final class HostileHostTests: EndToEndCase {
     }
 
     /// Reads every readable mapping of the daemon (as root, through /proc/PID/mem) after
-    /// a lock: file contents written and read before the lock are nowhere in it.
+    /// a lock: file contents written and read before the lock are nowhere in it — nor
+    /// those of a read that failed on a damaged block after opening others.
     func testAfterALockTheDaemonsMemoryHoldsNoFileContents() {
         let vault = mountedVault()
         let marker = "CONTENTMARKER-\(UInt32.random(in: 0...UInt32.max))-"
         let script = """
             import json, os, subprocess, sys
-            coffer, m, marker = sys.argv[1:4]
+            coffer, m, c, marker = sys.argv[1:5]
             with open(os.path.join(m, "file"), "w") as f: f.write(marker * 5000)
             with open(os.path.join(m, "small"), "w") as f: f.write(marker)
             for name in ("file", "small"):
                 assert open(os.path.join(m, name)).read().startswith(marker)
+            with open(os.path.join(m, "damaged"), "w") as f: f.write(marker * 2000)
+            ino = os.stat(os.path.join(m, "damaged")).st_ino
+            backing = next(os.path.join(c, n) for n in os.listdir(c) if os.stat(os.path.join(c, n)).st_ino == ino)
+            with open(backing, "r+b") as f:                    # a byte of a block in the middle
+                middle = os.path.getsize(backing) // 2
+                f.seek(middle); b = f.read(1); f.seek(middle); f.write(bytes([b[0] ^ 1]))
+            fd = os.open(os.path.join(m, "damaged"), os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # read by the daemon, not the cache
+            try:
+                while os.read(fd, 1 << 16): pass
+                print("damaged file served")
+            except OSError:
+                pass
+            os.close(fd)
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
             found = 0
@@ -463,8 +478,9 @@ final class HostileHostTests: EndToEndCase {
                         pass
             print("copies", found)
             """
-        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, marker], timeout: 120)
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, marker], timeout: 120)
         XCTAssertTrue(r.stdout.contains("copies 0\n"), "file contents in the daemon's memory after lock: \(r.stdout) \(r.stderr)")
+        XCTAssertFalse(r.stdout.contains("damaged file served"), r.stdout)
     }
 
     // MARK: 9. Secrets in clients, the daemon's log file
