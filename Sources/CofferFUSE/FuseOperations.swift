@@ -232,13 +232,33 @@ enum FuseOperations {
     static func read(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
                      _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         replying(req) {
+            if let area = UringTransport.replyArea(), size <= area.count {
+                return try readInPlace(req, size: size, offset: offset, handle: fi!.pointee.fh, into: area)
+            }
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
             // Plaintext must not linger in freed memory after a lock; a read that failed
-            // on a damaged block may have left the blocks before it.
+            // on a damaged block may have left the blocks it opened.
             defer { explicit_bzero(buffer.baseAddress!, size); buffer.deallocate() }
             let n = try fs(req).read(fi!.pointee.fh, into: buffer, at: Int64(offset))
             fuse_reply_buf(req, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), n)
         }
+    }
+
+    /// A read over io_uring: decrypted straight into the ring entry its reply goes out
+    /// of, which is wiped once the kernel has taken what the reply carries. What else
+    /// the read left there (past a short read's end, or all of a failed one's) is wiped
+    /// before the reply.
+    private static func readInPlace(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64,
+                                    into area: UnsafeMutableRawBufferPointer) throws {
+        let n: Int
+        do {
+            n = try fs(req).read(handle, into: UnsafeMutableRawBufferPointer(rebasing: area[..<size]), at: Int64(offset))
+        } catch {
+            explicit_bzero(area.baseAddress!, size)
+            throw error
+        }
+        if n < size { explicit_bzero(area.baseAddress! + n, size - n) }
+        fuse_reply_buf(req, area.baseAddress?.assumingMemoryBound(to: CChar.self), n)
     }
 
     static func write(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ data: UnsafePointer<CChar>?, _ size: Int, _ offset: off_t,

@@ -98,7 +98,10 @@ final class UringTransport: @unchecked Sendable {
                 var error = error
                 for i in 1..<max(count, 1) where error == 0 {
                     guard size + iov[i].iov_len <= payloadCapacity else { error = -EIO; break }
-                    if let base = iov[i].iov_base { (entry.payload + size).copyMemory(from: base, byteCount: iov[i].iov_len) }
+                    // A read's data is already in place (`replyArea`).
+                    if let base = iov[i].iov_base, base != UnsafeRawPointer(entry.payload + size) {
+                        (entry.payload + size).copyMemory(from: base, byteCount: iov[i].iov_len)
+                    }
                     size += iov[i].iov_len
                 }
                 if error != 0 { size = 0 }
@@ -211,12 +214,26 @@ final class UringTransport: @unchecked Sendable {
         entry.state.store(Entry.dispatching, ordering: .releasing)
         entry.unique.store(header.unique, ordering: .releasing)
         var buffer = fuse_buf(size: Int(header.len), flags: fuse_buf_flags(rawValue: 0), mem: start, fd: -1, pos: 0)
+        // The payload holds a read's reply, which has no payload of its own.
+        clinux_set_reply_area(header.opcode == FUSE_READ.rawValue ? entry.payload : nil,
+                              header.opcode == FUSE_READ.rawValue ? payloadCapacity : 0)
         fuse_session_process_buf(session, &buffer)
+        clinux_set_reply_area(nil, 0)
         if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.awaiting,
                                         ordering: .acquiringAndReleasing).exchanged {
             entry.state.store(Entry.idle, ordering: .releasing)
             submit(queue, Self.commitAndFetch, entry)
         }
+    }
+
+    /// Where the calling thread's reply to the read it is serving goes out, if it serves
+    /// one from a ring: the entry's payload. A read handler that puts its data there
+    /// saves a copy, and a buffer to wipe (the entry is wiped once the kernel has taken
+    /// the reply). Whatever it leaves there without replying with it, it must wipe.
+    static func replyArea() -> UnsafeMutableRawBufferPointer? {
+        var size = 0
+        guard let area = clinux_reply_area(&size) else { return nil }
+        return UnsafeMutableRawBufferPointer(start: area, count: size)
     }
 
     private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
