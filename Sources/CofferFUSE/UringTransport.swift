@@ -11,6 +11,7 @@
 import CFuse
 import CLinux
 import CofferSystem
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -28,6 +29,13 @@ final class UringTransport: @unchecked Sendable {
     private static let uniqueOffset = 8, opHeaderOffset = 128, commitIDOffset = 264, payloadSizeOffset = 272
     private static let inHeaderSize = MemoryLayout<fuse_in_header>.size
     private static let outHeaderSize = MemoryLayout<fuse_out_header>.size
+    /// Where a read's size is in its operation header (struct fuse_read_in).
+    private static let readSizeOffset = 16
+    /// Reads of at least this many bytes are served by other threads (the queue's thread
+    /// would otherwise wait for their disk and cipher alone); smaller ones in place,
+    /// where a hand-off's wake-ups would cost more than they save. Writes stay in place:
+    /// a writer waits for each, so there is nothing to overlap them with.
+    static let handOffSize = UInt32(64 << 10)
     /// A completion of the queue's wake-up descriptor, not of an entry.
     private static let wakeTag = UInt64.max
 
@@ -44,6 +52,8 @@ final class UringTransport: @unchecked Sendable {
     }
 
     private let session: OpaquePointer
+    /// Large reads handed to other threads and not yet answered (`stop` waits for them).
+    private let handedOff = DispatchGroup()
     private let fuseFD: Int32
     private let queues: [Queue]
     /// Bytes an entry's payload holds: what the kernel requires of it.
@@ -82,6 +92,7 @@ final class UringTransport: @unchecked Sendable {
     /// Ends the threads: after the unmount, whose abort of the connection ends every
     /// entry (a thread that ended its ring while the mount lived would stall it).
     func stop() {
+        handedOff.wait()
         for queue in queues { queue.stop() }
     }
 
@@ -213,12 +224,19 @@ final class UringTransport: @unchecked Sendable {
         start.copyMemory(from: entry.header, byteCount: Self.inHeaderSize)
         entry.state.store(Entry.dispatching, ordering: .releasing)
         entry.unique.store(header.unique, ordering: .releasing)
-        var buffer = fuse_buf(size: Int(header.len), flags: fuse_buf_flags(rawValue: 0), mem: start, fd: -1, pos: 0)
-        // The payload holds a read's reply, which has no payload of its own.
-        clinux_set_reply_area(header.opcode == FUSE_READ.rawValue ? entry.payload : nil,
-                              header.opcode == FUSE_READ.rawValue ? payloadCapacity : 0)
-        fuse_session_process_buf(session, &buffer)
-        clinux_set_reply_area(nil, 0)
+        let isRead = header.opcode == FUSE_READ.rawValue, length = Int(header.len), slack = opSize + Self.inHeaderSize
+        if isRead && entry.header.load(fromByteOffset: Self.opHeaderOffset + Self.readSizeOffset, as: UInt32.self) >= Self.handOffSize {
+            // The thread goes on fetching while another reads and deciphers: readahead
+            // has the next request of a stream waiting, whose ciphertext is read from
+            // the disk meanwhile.
+            handedOff.enter()
+            DispatchQueue.global().async { [self] in
+                process(entry, length: length, slack: slack, isRead: isRead)
+                handedOff.leave()
+            }
+        } else {
+            process(entry, length: length, slack: slack, isRead: isRead)
+        }
         if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.awaiting,
                                         ordering: .acquiringAndReleasing).exchanged {
             entry.state.store(Entry.idle, ordering: .releasing)
@@ -234,6 +252,16 @@ final class UringTransport: @unchecked Sendable {
         var size = 0
         guard let area = clinux_reply_area(&size) else { return nil }
         return UnsafeMutableRawBufferPointer(start: area, count: size)
+    }
+
+    /// Has libfuse dispatch the request laid out in the `slack` bytes before `entry`'s
+    /// payload and the payload, `length` bytes in all; a read gets the payload as its
+    /// reply area (it has no payload of its own).
+    private func process(_ entry: Entry, length: Int, slack: Int, isRead: Bool) {
+        var buffer = fuse_buf(size: length, flags: fuse_buf_flags(rawValue: 0), mem: entry.payload - slack, fd: -1, pos: 0)
+        clinux_set_reply_area(isRead ? entry.payload : nil, isRead ? payloadCapacity : 0)
+        fuse_session_process_buf(session, &buffer)
+        clinux_set_reply_area(nil, 0)
     }
 
     private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
