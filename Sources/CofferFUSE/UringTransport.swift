@@ -2,12 +2,14 @@
 // (Linux 6.14 and later): one ring per possible CPU, as the kernel queues requests by the
 // CPU of the caller, each served by one thread. The thread registers its entries' buffers
 // with the kernel, lays each request it receives out as /dev/fuse would have given it,
-// has libfuse dispatch it, and commits the reply together with the fetch of the next
-// request, in one system call. /dev/fuse still carries INIT, FORGET, INTERRUPT and the
-// notifications; SessionIO sends each reply the way its request came.
+// has libfuse dispatch it (a large read on another thread), and commits the reply
+// together with the fetch of the next request, in one system call. /dev/fuse still
+// carries INIT, FORGET, INTERRUPT and the notifications; SessionIO sends each reply the
+// way its request came.
 //
 // A reply goes into the buffer its request came in: a handler must not touch the
-// request's bytes once it has replied (FuseOperations.write zeroes the plaintext first).
+// request's bytes once it has replied (FuseOperations.write zeroes the plaintext first);
+// a read may decipher straight into it (`replyArea`).
 import CFuse
 import CLinux
 import CofferSystem
