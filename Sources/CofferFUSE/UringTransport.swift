@@ -221,12 +221,12 @@ final class UringTransport: @unchecked Sendable {
             entry.setReply(unique: header.unique, error: -EIO, size: 0)
             return submit(queue, Self.commitAndFetch, entry)
         }
-        let start = entry.payload - Self.inHeaderSize - opSize
+        let slack = Self.inHeaderSize + opSize, start = entry.payload - slack
         (start + Self.inHeaderSize).copyMemory(from: entry.header + Self.opHeaderOffset, byteCount: opSize)
         start.copyMemory(from: entry.header, byteCount: Self.inHeaderSize)
         entry.state.store(Entry.dispatching, ordering: .releasing)
         entry.unique.store(header.unique, ordering: .releasing)
-        let isRead = header.opcode == FUSE_READ.rawValue, length = Int(header.len), slack = opSize + Self.inHeaderSize
+        let isRead = header.opcode == FUSE_READ.rawValue, length = Int(header.len)
         if isRead && entry.header.load(fromByteOffset: Self.opHeaderOffset + Self.readSizeOffset, as: UInt32.self) >= Self.handOffSize {
             // The thread goes on fetching while another reads and deciphers: readahead
             // has the next request of a stream waiting, whose ciphertext is read from
