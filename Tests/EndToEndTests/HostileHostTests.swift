@@ -448,8 +448,6 @@ final class HostileHostTests: EndToEndCase {
             coffer, m, c, marker = sys.argv[1:5]
             with open(os.path.join(m, "file"), "w") as f: f.write(marker * 5000)
             with open(os.path.join(m, "small"), "w") as f: f.write(marker)
-            for name in ("file", "small"):
-                assert open(os.path.join(m, name)).read().startswith(marker)
             with open(os.path.join(m, "damaged"), "w") as f: f.write(marker * 2000)
             ino = os.stat(os.path.join(m, "damaged")).st_ino
             backing = next(os.path.join(c, n) for n in os.listdir(c) if os.stat(os.path.join(c, n)).st_ino == ino)
@@ -464,6 +462,11 @@ final class HostileHostTests: EndToEndCase {
             except OSError:
                 pass
             os.close(fd)
+            for name in ("file", "small"):                     # read by the daemon last
+                fd = os.open(os.path.join(m, name), os.O_RDONLY)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                assert os.read(fd, 1 << 20).startswith(marker.encode())
+                os.close(fd)
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
             found = 0
