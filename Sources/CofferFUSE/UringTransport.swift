@@ -38,6 +38,11 @@ final class UringTransport: @unchecked Sendable {
     /// where a hand-off's wake-ups would cost more than they save. Writes stay in place:
     /// a writer waits for each, so there is nothing to overlap them with.
     static let handOffSize = UInt32(64 << 10)
+    /// The operations whose replies carry file contents, names or xattr values: their
+    /// bytes are wiped once the kernel has taken them (the others carry attributes,
+    /// counts and handles).
+    private static let repliesWithContents = Set([FUSE_READ, FUSE_READDIR, FUSE_READDIRPLUS, FUSE_READLINK,
+                                                  FUSE_GETXATTR, FUSE_LISTXATTR].map(\.rawValue))
     /// A completion of the queue's wake-up descriptor, not of an entry.
     private static let wakeTag = UInt64.max
 
@@ -143,8 +148,9 @@ final class UringTransport: @unchecked Sendable {
         while live > 0 && !stopping {
             if !queue.committed.isEmpty {
                 // The kernel takes each reply while its commit is submitted: then the
-                // reply's bytes are wiped before the thread waits, so that no file
-                // contents stay in an idle entry (a lock must leave none in memory).
+                // bytes of replies that carry file contents or names are wiped before
+                // the thread waits, so that none stay in an idle entry (a lock must
+                // leave none in memory). Other commits go with the next wait.
                 if clinux_uring_enter(queue.ring, 0) < 0 { break }
                 queue.committed.forEach(scrub)
                 queue.committed.removeAll(keepingCapacity: true)
@@ -216,6 +222,7 @@ final class UringTransport: @unchecked Sendable {
         let payloadSize = Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self))
         let opSize = Int(header.len) - Self.inHeaderSize - payloadSize
         entry.commitID = entry.header.load(fromByteOffset: Self.commitIDOffset, as: UInt64.self)
+        entry.opcode = header.opcode
         guard (0...128).contains(opSize), payloadSize <= payloadCapacity else {
             // Not a request this code understands: refused, and the entry goes on.
             entry.setReply(unique: header.unique, error: -EIO, size: 0)
@@ -267,7 +274,13 @@ final class UringTransport: @unchecked Sendable {
     }
 
     private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
-        if command == Self.commitAndFetch { queue.committed.append(entry) }
+        if command == Self.commitAndFetch {
+            if entry.reply.size > 0 && Self.repliesWithContents.contains(entry.opcode) {
+                queue.committed.append(entry)
+            } else {
+                entry.reply = (0, 0)
+            }
+        }
         let commitID = command == Self.commitAndFetch ? entry.commitID : 0
         let buffers = command == Self.register ? UnsafePointer(entry.iov) : nil
         // The ring has a slot per entry and one for the wake-up: it cannot be full.
@@ -294,6 +307,8 @@ extension UringTransport {
         let state = Atomic<Int>(Entry.idle)
         /// What the kernel asked to be given back with the reply (its thread only).
         var commitID: UInt64 = 0
+        /// The operation of the request it holds (its thread only).
+        var opcode: UInt32 = 0
         /// The unique and payload size of the reply last written here, until wiped:
         /// written by the replying thread before it hands the entry on (`state`).
         var reply: (unique: UInt64, size: Int) = (0, 0)
@@ -333,7 +348,8 @@ extension UringTransport {
         /// An eventfd the thread always has a poll on: written to hand it commits or stop it.
         let wake: Int32
         let stopping = Atomic<Bool>(false)
-        /// Entries whose commit is queued and not yet scrubbed (the thread's only).
+        /// Entries whose commit is queued and whose reply is to be wiped once the kernel
+        /// has taken it (the thread's only).
         var committed: [Entry] = []
         private let commits = Mutex<[Int]>([])
         private var thread: pthread_t?
