@@ -55,7 +55,7 @@ final class UringTransport: @unchecked Sendable {
         let ring = clinux_uring_create(2)
         defer { clinux_uring_destroy(ring) }
         let code = ring == nil ? Errno.current("io_uring_setup").code : -clinux_uring_enable(ring)
-        return code == 0 ? nil : "io_uring is refused to this process (\(String(cString: strerror(code))))"
+        return code == 0 ? nil : "io_uring is refused to this process (\(Errno(code).text))"
     }
 
     private let session: OpaquePointer
@@ -146,14 +146,14 @@ final class UringTransport: @unchecked Sendable {
         var live = queue.entries.count
         var stopping = false
         while live > 0 && !stopping {
-            if !queue.committed.isEmpty {
+            if !queue.toWipe.isEmpty {
                 // The kernel takes each reply while its commit is submitted: then the
                 // bytes of replies that carry file contents or names are wiped before
                 // the thread waits, so that none stay in an idle entry (a lock must
                 // leave none in memory). Other commits go with the next wait.
                 if clinux_uring_enter(queue.ring, 0) < 0 { break }
-                queue.committed.forEach(scrub)
-                queue.committed.removeAll(keepingCapacity: true)
+                queue.toWipe.forEach(scrub)
+                queue.toWipe.removeAll(keepingCapacity: true)
             }
             if !spinForCompletion(queue), clinux_uring_enter(queue.ring, 1) < 0 { break }
             var tag: UInt64 = 0
@@ -276,7 +276,7 @@ final class UringTransport: @unchecked Sendable {
     private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
         if command == Self.commitAndFetch {
             if entry.reply.size > 0 && Self.repliesWithContents.contains(entry.opcode) {
-                queue.committed.append(entry)
+                queue.toWipe.append(entry)
             } else {
                 entry.reply = (0, 0)
             }
@@ -350,7 +350,7 @@ extension UringTransport {
         let stopping = Atomic<Bool>(false)
         /// Entries whose commit is queued and whose reply is to be wiped once the kernel
         /// has taken it (the thread's only).
-        var committed: [Entry] = []
+        var toWipe: [Entry] = []
         private let commits = Mutex<[Int]>([])
         private var thread: pthread_t?
 
