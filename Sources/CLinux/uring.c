@@ -171,6 +171,8 @@ int clinux_uring_next_completion(clinux_uring *ring, uint64_t *user_data, int32_
     return 1;
 }
 
+unsigned clinux_uring_unsubmitted(const clinux_uring *ring) { return ring->unsubmitted; }
+
 int clinux_eventfd(void) { return eventfd(0, EFD_CLOEXEC); }
 
 int clinux_uring_collect(clinux_uring *ring) {

@@ -146,16 +146,16 @@ final class UringTransport: @unchecked Sendable {
         var live = queue.entries.count
         var stopping = false
         while live > 0 && !stopping {
-            if !queue.toWipe.isEmpty {
-                // The kernel takes each reply while its commit is submitted: then the
-                // bytes of replies that carry file contents or names are wiped before
-                // the thread waits, so that none stay in an idle entry (a lock must
-                // leave none in memory). Other commits go with the next wait.
-                if clinux_uring_enter(queue.ring, 0) < 0 { break }
-                queue.toWipe.forEach(scrub)
-                queue.toWipe.removeAll(keepingCapacity: true)
+            // The commits queued go in with the first look for a completion, and the
+            // kernel takes each reply as its commit is submitted. The replies that carry
+            // file contents or names are wiped then, before the thread sleeps or
+            // dispatches again: none stays in an idle entry (a lock must leave none in
+            // memory), and the wipe costs no system call of its own.
+            if !spinForCompletion(queue) {
+                wipeTakenReplies(queue)
+                if clinux_uring_enter(queue.ring, 1) < 0 { break }
             }
-            if !spinForCompletion(queue), clinux_uring_enter(queue.ring, 1) < 0 { break }
+            wipeTakenReplies(queue)
             var tag: UInt64 = 0
             var result: Int32 = 0
             while clinux_uring_next_completion(queue.ring, &tag, &result) == 1 {
@@ -199,6 +199,14 @@ final class UringTransport: @unchecked Sendable {
             if found != 0 { return found > 0 }
         } while Sys.monotonicNow() < deadline
         return false
+    }
+
+    /// Wipes the replies listed in `toWipe` once every commit queued has been submitted
+    /// (until then the kernel may not have taken them all).
+    private func wipeTakenReplies(_ queue: Queue) {
+        guard !queue.toWipe.isEmpty, clinux_uring_unsubmitted(queue.ring) == 0 else { return }
+        queue.toWipe.forEach(scrub)
+        queue.toWipe.removeAll(keepingCapacity: true)
     }
 
     /// Wipes what is left of `entry`'s last reply once the kernel has taken it: all of

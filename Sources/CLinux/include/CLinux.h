@@ -150,6 +150,8 @@ int clinux_uring_next_completion(clinux_uring *ring, uint64_t *user_data, int32_
 /// Submits what is queued and runs the kernel's pending work for the ring without
 /// waiting: 1 if a completion is there to take, 0 if not, or -errno.
 int clinux_uring_collect(clinux_uring *ring);
+/// How many queued entries the kernel has not taken yet (0 once all are submitted).
+unsigned clinux_uring_unsubmitted(const clinux_uring *ring);
 /// eventfd(0, EFD_CLOEXEC): what wakes a ring's thread (a poll on it completes).
 int clinux_eventfd(void);
 /// The calling thread's reply area: where the reply to the request it is dispatching
