@@ -20,7 +20,7 @@ public final class FuseSession: @unchecked Sendable {
         /// Shown as the source in /proc/mounts.
         public var fsName = "coffer"
         /// How requests reach the daemon.
-        public var transport = Transport.classic
+        public var transport = Transport.auto
         /// Told how requests come ("io_uring" or "/dev/fuse") once the kernel's first
         /// request has settled it.
         public var transportSettled: @Sendable (String) -> Void = { _ in }
@@ -104,10 +104,11 @@ public final class FuseSession: @unchecked Sendable {
     /// that end the loop on SIGINT, SIGTERM and SIGHUP. With the `auto` transport,
     /// io_uring is asked for if this kernel serves it.
     public func mount(at mountpoint: String) throws {
-        let uring = switch options.transport {
-        case .classic: false
-        case .uring: true
-        case .auto: UringTransport.unavailableReason() == nil
+        // Where `auto` falls back, the log line says why.
+        let (uring, why): (Bool, String?) = switch options.transport {
+        case .classic: (false, nil)
+        case .uring: (true, nil)
+        case .auto: UringTransport.unavailableReason().map { (false, $0) } ?? (true, nil)
         }
         guard fuse_set_signal_handlers(session) == 0 else { throw Errno(EIO, "fuse_set_signal_handlers") }
         guard fuse_session_mount(session, mountpoint) == 0 else {
@@ -117,8 +118,9 @@ public final class FuseSession: @unchecked Sendable {
         mounted.store(true, ordering: .releasing)
         // Not fatal if refused: the kernel then keeps asking before writes and chowns,
         // and requests come through /dev/fuse.
+        let settled = options.transportSettled
         _ = SessionIO.install(on: session!, fd: fuse_session_fd(session), uring: uring,
-                                settled: options.transportSettled)
+                                settled: { transport in settled(why.map { "\(transport) (not io_uring: \($0))" } ?? transport) })
     }
 
     /// How requests reach the daemon now: "io_uring" or "/dev/fuse" (also before the

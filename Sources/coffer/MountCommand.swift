@@ -54,13 +54,13 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
-    @Option(name: .customLong("transport"), help: ArgumentHelp("How requests reach the daemon: classic (/dev/fuse), uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), or auto: uring where the kernel offers it, else classic. Default: $COFFER_TRANSPORT, else classic.", valueName: "transport"))
+    @Option(name: .customLong("transport"), help: ArgumentHelp("How requests reach the daemon: classic (/dev/fuse), uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), or auto: uring where the kernel offers it, else classic. Default: $COFFER_TRANSPORT, else auto.", valueName: "transport"))
     var givenTransport: FuseSession.Transport?
 
-    /// The transport asked for: --transport, else COFFER_TRANSPORT, else classic (which
-    /// serves faster than this io_uring transport so far: docs/PERFORMANCE.md).
+    /// The transport asked for: --transport, else COFFER_TRANSPORT, else auto (io_uring
+    /// only where an administrator has switched it on in the kernel).
     var transport: FuseSession.Transport {
-        givenTransport ?? getenv("COFFER_TRANSPORT").flatMap { FuseSession.Transport(rawValue: String(cString: $0)) } ?? .classic
+        givenTransport ?? getenv("COFFER_TRANSPORT").flatMap { FuseSession.Transport(rawValue: String(cString: $0)) } ?? .auto
     }
 
     @Option(name: .long, help: ArgumentHelp("This machine's private directory for the vault's crash state (the undo journal); default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). Never inside CIPHERDIR.", valueName: "dir"))

@@ -83,14 +83,23 @@ final class TransportTests: EndToEndCase {
         for vault in [auto, classic, fromEnvironment] { vault.unmount() }
     }
 
-    func testWithoutAChoiceAMountServesThroughDevFuse() throws {
+    /// Without a choice a mount takes `auto`: io_uring where the kernel offers it, else
+    /// /dev/fuse, with a log line saying why.
+    func testWithoutAChoiceAMountTakesUringWhereOffered() throws {
         try setUringSwitch(true)
         let vault = MountedVault(scratch: scratch)
         var environment = ProcessInfo.processInfo.environment
         environment["COFFER_TRANSPORT"] = nil
-        assertOK(Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint],
-                             environment: environment), "mount")
-        XCTAssertEqual(transport(vault), "/dev/fuse", "classic is the default")
+        let mount = [Harness.coffer, "mount", "--passfile", vault.passfile, "--log-file", vault.logFile,
+                     "--state-dir", vault.stateDir, vault.cipherdir, vault.mountpoint]
+        assertOK(Harness.run(mount, environment: environment), "mount")
+        XCTAssertEqual(transport(vault), "io_uring", "where offered, io_uring is the default")
+        vault.unmount()
+        try setUringSwitch(false)
+        assertOK(Harness.run(mount, environment: environment), "mount")
+        XCTAssertEqual(transport(vault), "/dev/fuse", "elsewhere, /dev/fuse")
+        XCTAssertTrue(vault.log.contains("requests come through /dev/fuse (not io_uring: this kernel does not serve FUSE over io_uring"),
+                      vault.log)
         vault.unmount()
         environment["COFFER_TRANSPORT"] = "fast"
         let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, vault.cipherdir, vault.mountpoint],
