@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/fanotify.h>
@@ -63,6 +64,13 @@ int clinux_fsetxattr(int fd, const char *name, const void *value, size_t size, i
 ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size) { return fgetxattr(fd, name, value, size); }
 
 int clinux_set_dumpable(int dumpable) { return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL); }
+
+int clinux_bind_thread_to_cpu(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set);
+}
 
 int clinux_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred credentials;

@@ -63,6 +63,31 @@ final class TransportTests: EndToEndCase {
         if let pid { XCTAssertTrue(ended(pid), "the daemon ended with its rings") }
     }
 
+    /// Each ring's thread is bound to the CPU whose requests its ring gets (what lets a
+    /// caller and its answer share a CPU); on /dev/fuse no thread is bound.
+    func testEachRingsThreadIsBoundToItsCPU() throws {
+        try setUringSwitch(true)
+        let online = (try String(contentsOfFile: "/sys/devices/system/cpu/online", encoding: .utf8))
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        func boundCPUs(_ vault: MountedVault) -> Set<String> {
+            guard let pid = vault.daemonPID else { XCTFail("no daemon"); return [] }
+            let listing = Harness.sh("grep -h Cpus_allowed_list /proc/\(pid)/task/*/status | awk '{print $2}'").stdout
+            return Set(listing.split(separator: "\n").map(String.init).filter { !$0.contains("-") && !$0.contains(",") })
+        }
+        let uring = MountedVault(scratch: scratch, name: "uring")
+        uring.mount(["--transport", "uring"])
+        let classic = MountedVault(scratch: scratch, name: "classic")
+        classic.mount(["--transport", "classic"])
+        defer { for vault in [uring, classic] { vault.unmount() } }
+        // "0-1", "0" or "0,2-3": every online CPU has a thread bound to it alone.
+        let cpus = Set(online.split(separator: ",").flatMap { range -> [String] in
+            let ends = range.split(separator: "-").compactMap { Int($0) }
+            return (ends.first!...ends.last!).map(String.init)
+        })
+        XCTAssertEqual(boundCPUs(uring), cpus, "a ring thread bound to each online CPU")
+        XCTAssertEqual(boundCPUs(classic), [], "no thread bound on /dev/fuse")
+    }
+
     func testAutoTakesUringWhereOfferedAndClassicStaysClassic() throws {
         try setUringSwitch(true)
         let auto = MountedVault(scratch: scratch, name: "auto")

@@ -64,6 +64,10 @@ ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size);
 /// prctl(PR_SET_DUMPABLE, dumpable): prctl is variadic, which Swift cannot call.
 int clinux_set_dumpable(int dumpable);
 
+/// sched_setaffinity(2) of the calling thread to CPU `cpu` alone (CPU_SET is a macro).
+/// 0, or -1 with errno set (EINVAL: the CPU is offline or outside this process's set).
+int clinux_bind_thread_to_cpu(int cpu);
+
 /// getsockopt(SO_PEERCRED): the process, user and group of a Unix socket's peer.
 int clinux_peer_credentials(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
