@@ -153,13 +153,14 @@ final class UringTransport: @unchecked Sendable {
         var live = queue.entries.count
         var stopping = false
         while live > 0 && !stopping {
-            // The commits queued go in with the first look for a completion, and the
-            // kernel takes each reply as its commit is submitted. The replies that carry
-            // file contents or names are wiped then, before the thread sleeps or
-            // dispatches again: none stays in an idle entry (a lock must leave none in
-            // memory), and the wipe costs no system call of its own.
-            // While other threads serve reads of this queue, their replies wake the
-            // thread (`commitLater`): it does not look for requests on the CPU they need.
+            // The commits queued go in with the first look for a completion (or, where
+            // the thread does not look, just before it sleeps), and the kernel takes each
+            // reply as its commit is submitted. The replies that carry file contents or
+            // names are wiped then, before the thread sleeps or dispatches again: none
+            // stays in an idle entry (a lock must leave none in memory), at no system
+            // call of its own. While other threads serve reads of this queue, their
+            // replies wake the thread (`commitLater`): it sleeps at once rather than
+            // look for requests on the CPU those threads need.
             let spin = queue.readsElsewhere.load(ordering: .relaxed) == 0
             if !(spin && spinForCompletion(queue)) {
                 if clinux_uring_unsubmitted(queue.ring) > 0, clinux_uring_enter(queue.ring, 0) < 0 { break }
