@@ -73,6 +73,11 @@ enum Harness {
         return process
     }
 
+    /// A shell command that inverts the byte at offset $2 of file $1: a tamper that always
+    /// changes it (writing a fixed byte leaves one in 256 random ciphertexts as they were).
+    static let flipByte = "python3 -c 'import sys; f = open(sys.argv[1], \"r+b\"); f.seek(int(sys.argv[2])); "
+        + "b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0xff]))'"
+
     /// Runs a shell script with `bash -euo pipefail -c`.
     @discardableResult
     static func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {

@@ -136,7 +136,7 @@ final class MountDamageTests: EndToEndCase {
         vault.unmount()
         let (a, b) = (backingPath(vault, inode: inodes[0]), backingPath(vault, inode: inodes[1]))
         assertOK(Harness.sh("""
-            s="\(vault.cipherdir)/$(readlink '\(a)')" && chmod 600 "$s" && printf '!' | dd of="$s" bs=1 seek=100 conv=notrunc status=none
+            s="\(vault.cipherdir)/$(readlink '\(a)')" && chmod 600 "$s" && \(Harness.flipByte) "$s" 100
             rm '\(b)'
             """), "alter a's sidecar, remove b's link")
         let fsck = Harness.run([Harness.coffer, "fsck", "--passfile", vault.passfile, vault.cipherdir])
