@@ -1,7 +1,8 @@
 // PlaceMAC computes the 16-byte tags that bind a file's content to its place in the
 // vault (format 4, docs/FORMAT.md §4): keyed BLAKE2b over the file ID and the directory
 // IV and plaintext name of its entry, or over the file ID alone for a file with hard
-// links (which has several places).
+// links (which has several places); and from format 5 (§5) those that bind a
+// directory's IV to the directory's own place.
 import CSodium
 
 public final class PlaceMAC: Sendable {
@@ -9,6 +10,7 @@ public final class PlaceMAC: Sendable {
     public static let tagSize = 16
     static let placeDomain = Array("coffer.place".utf8) + [0]
     static let linkedDomain = Array("coffer.linked".utf8) + [0]
+    static let directoryDomain = Array("coffer.dirplace".utf8) + [0]
 
     let key: SecureBytes
 
@@ -25,6 +27,13 @@ public final class PlaceMAC: Sendable {
 
     /// The tag of file `fileID` with hard links: valid under any of its names.
     public func linkedTag(fileID: [UInt8]) throws -> [UInt8] { try mac(Self.linkedDomain + fileID) }
+
+    /// The tag of directory IV `iv` for the directory that is entry `name` of the
+    /// directory with IV `parentIV`; for the vault's root both are empty.
+    public func directoryTag(iv: [UInt8], parentIV: [UInt8], name: [UInt8]) throws -> [UInt8] {
+        precondition(iv.count == NameCipher.ivSize && (parentIV.isEmpty ? name.isEmpty : parentIV.count == NameCipher.ivSize && !name.isEmpty))
+        return try mac(Self.directoryDomain + iv + parentIV + name)
+    }
 
     /// Constant-time comparison of two tags.
     public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {

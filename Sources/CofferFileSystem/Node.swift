@@ -37,6 +37,9 @@ public final class Node: Sendable {
 
     private struct State: Sendable {
         var cachedDirIV: [UInt8]?
+        /// The IV last read for this directory, kept when the cache is dropped: an IV file
+        /// that reads the same again needs no place to be checked (format 5).
+        var lastDirIV: [UInt8]?
         /// The IVs of the IV file's conflict copies (a directory made on two machines),
         /// by file name; nil until read.
         var cachedAlternateIVs: [(name: String, iv: [UInt8])]?
@@ -71,11 +74,16 @@ public final class Node: Sendable {
     /// "/proc/self/fd/N": a path to the backing inode for calls that take no O_PATH fd.
     var procPath: String { Sys.procPath(fd) }
 
-    /// The directory IV, read once from the backing directory and then cached.
-    func directoryIV() throws -> [UInt8] {
-        if let iv = state.withLock({ $0.cachedDirIV }) { return iv }
-        let iv = try DirectoryIV.read(in: fd)
-        state.withLock { $0.cachedDirIV = iv }
+    /// The directory IV, read once by `read` (which checks it, given the IV last read
+    /// before the cache was dropped) and then cached.
+    func directoryIV(read: (_ last: [UInt8]?) throws -> [UInt8]) throws -> [UInt8] {
+        let (cached, last) = state.withLock { ($0.cachedDirIV, $0.lastDirIV) }
+        if let cached { return cached }
+        let iv = try read(last)
+        state.withLock {
+            $0.cachedDirIV = iv
+            $0.lastDirIV = iv
+        }
         return iv
     }
 
@@ -87,10 +95,11 @@ public final class Node: Sendable {
         }
     }
 
-    /// The IVs of the IV file's conflict copies, read once (one listing) and then cached.
-    func alternateIVs() throws -> [(name: String, iv: [UInt8])] {
+    /// The IVs of the IV file's conflict copies that `read` accepts, read once (one
+    /// listing) and then cached.
+    func alternateIVs(read: () throws -> [(name: String, iv: [UInt8])]) throws -> [(name: String, iv: [UInt8])] {
         if let ivs = state.withLock({ $0.cachedAlternateIVs }) { return ivs }
-        let ivs = try DirectoryIV.alternates(in: fd)
+        let ivs = try read()
         state.withLock { $0.cachedAlternateIVs = ivs }
         return ivs
     }
@@ -99,6 +108,7 @@ public final class Node: Sendable {
     func setDirectoryIV(_ iv: [UInt8]) {
         state.withLock { state in
             state.cachedDirIV = iv
+            state.lastDirIV = iv
             state.cachedAlternateIVs = []
         }
     }

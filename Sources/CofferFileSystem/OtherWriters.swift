@@ -178,7 +178,7 @@ extension PlainFileSystem {
             backing.removeLast(NameTransform.sidecarSuffix.count)
         }
         let name = try? withKeys(activity: false) { keys -> [UInt8]? in
-            try keys.codecs.names.plaintextName(ofBacking: backing, dirIV: try dir.directoryIV(), in: dir.fd)
+            try keys.codecs.names.plaintextName(ofBacking: backing, dirIV: try directoryIV(dir, keys: keys), in: dir.fd)
         }
         if let name { hooks.invalidate(name, in: dirID) }
     }

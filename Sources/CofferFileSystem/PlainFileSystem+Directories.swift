@@ -52,7 +52,7 @@ extension PlainFileSystem {
     private func load(_ directory: OpenDirectory, keys: Keys) throws {
         let node = directory.node
         // ".." gets a placeholder inode number: 0 would make readdir(3) skip it.
-        let iv = try reportingDamage(node) { try node.directoryIV() }
+        let iv = try directoryIV(node, keys: keys)
         var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
                        ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         for backing in try Sys.readDirectory(node.fd) {

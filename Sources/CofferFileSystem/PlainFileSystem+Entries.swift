@@ -85,7 +85,11 @@ extension PlainFileSystem {
             let iv: [UInt8]
             do {
                 let fd = try FileDescriptor.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-                iv = try DirectoryIV.create(in: fd.rawValue, durable: false)
+                let parentIV = try directoryIV(dir, keys: keys)
+                let places = keys.set.places
+                iv = try DirectoryIV.create(in: fd.rawValue, durable: false, tag: !bindsDirectories ? nil : {
+                    try places.directoryTag(iv: $0, parentIV: parentIV, name: name)
+                })
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
                 try Sys.chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited)
@@ -262,14 +266,14 @@ extension PlainFileSystem {
             // Content moves to its new place (both ways for an exchange) before the rename.
             var rebound: [() -> Void] = []
             if !(from === to && old == new.backing) {
-                let place = Place(dirIV: try to.directoryIV(), name: newName)
+                let place = Place(dirIV: try directoryIV(to, keys: keys), name: newName)
                 if let moving, let undo = try rebind(.entry(old.name, in: from), stat: moving, shownAs: name, in: from,
                                                      to: place, keys: keys) {
                     rebound.append(undo)
                 }
                 if let exchanged,
                    let undo = try rebind(.entry(new.name, in: to), stat: exchanged, shownAs: newName, in: to,
-                                         to: Place(dirIV: try from.directoryIV(), name: name), keys: keys) {
+                                         to: Place(dirIV: try directoryIV(from, keys: keys), name: name), keys: keys) {
                     rebound.append(undo)
                 }
             }

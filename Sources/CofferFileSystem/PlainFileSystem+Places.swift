@@ -1,7 +1,8 @@
-// Binding file content to its place (format 4, docs/FORMAT.md §4): new files get the
-// tag of their entry, opens check it, and renames, hard links and settling move it
-// (CofferVault's PlaceBinding has the rules). Vaults of formats 1–3 have no tags: every
-// function here does nothing there.
+// Binding file content to its place (format 4, docs/FORMAT.md §4) and directory IVs to
+// theirs (format 5, §5): new files and directories get the tag of their entry, opens and
+// the first read of an IV file check it, and renames, hard links and settling move it
+// (CofferVault's PlaceBinding and DirectoryBinding have the rules). Vaults of formats
+// 1–3 have no tags, format 4 none on IV files: the functions here do nothing there.
 import CofferCrypto
 import CofferSystem
 import CofferVault
@@ -16,21 +17,91 @@ extension PlainFileSystem {
     /// The places the content of `node` may be bound to, from the name it was last
     /// entered under (nil if the daemon knows no name for it: after a lock, until the
     /// kernel looks it up again).
-    func candidatePlaces(_ node: Node) throws -> [Place]? {
+    func candidatePlaces(_ node: Node, keys: Keys) throws -> [Place]? {
         guard let (dir, name) = node.entry else { return nil }
-        return try candidatePlaces(shownAs: name, in: dir)
+        return try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(node, shownAs: name, in: dir, keys: keys),
+                                   keys: keys)
     }
 
-    func candidatePlaces(shownAs name: [UInt8], in dir: Node) throws -> [Place] {
-        let iv = try reportingDamage(dir) { try dir.directoryIV() }
-        return Place.candidates(shownAs: name, ivs: [iv] + ((try? dir.alternateIVs()) ?? []).map(\.iv))
+    /// `storedAsCopy`: the entry's backing name is a sync engine's conflict copy of
+    /// another entry's (Place.candidates).
+    func candidatePlaces(shownAs name: [UInt8], in dir: Node, storedAsCopy: Bool, keys: Keys) throws -> [Place] {
+        let iv = try directoryIV(dir, keys: keys)
+        return Place.candidates(shownAs: name, ivs: [iv] + ((try? alternateIVs(dir, keys: keys)) ?? []).map(\.iv),
+                                storedAsCopy: storedAsCopy)
+    }
+
+    /// Whether `node`, entered as `name` of `dir`, is stored under a conflict copy's
+    /// backing name rather than under the encrypted name of `name` (one stat, and only
+    /// for a name that reads as a copy).
+    func isStoredAsCopy(_ node: Node, shownAs name: [UInt8], in dir: Node, keys: Keys) throws -> Bool {
+        guard ConflictName.parse(plaintext: name) != nil else { return false }
+        guard let own = try? Sys.stat(try backingName(name, in: dir, keys: keys).name, in: dir.fd) else { return true }
+        return UInt64(own.st_ino) != node.ino
+    }
+
+    /// Whether backing entry `backing` of `dir`, shown as `name`, is stored under a
+    /// conflict copy's backing name.
+    func isStoredAsCopy(_ backing: String, shownAs name: [UInt8], in dir: Node, keys: Keys) throws -> Bool {
+        guard ConflictName.parse(plaintext: name) != nil else { return false }
+        return try backing != backingName(name, in: dir, keys: keys).name
+    }
+
+    /// The IV of directory `dir`, read once and from format 5 checked against the
+    /// directory's place. A damaged IV file, or one that belongs to another directory, is
+    /// EIO and a log line naming the directory, whichever operation meets it.
+    func directoryIV(_ dir: Node, keys: Keys) throws -> [UInt8] {
+        try reportingDamage(dir) {
+            try dir.directoryIV { last in
+                let record = try DirectoryIV.read(in: dir.fd, bound: bindsDirectories)
+                // An IV this node was already checked with is its own.
+                guard bindsDirectories, record.iv != last else { return record.iv }
+                guard let fits = try fitsPlace(record, of: dir, keys: keys) else {
+                    throw Errno(ESTALE, "the IV file of a directory entered before a lock changed; enter it again by its path")
+                }
+                guard fits else { throw VaultError.directoryIVMisplaced(DirectoryIV.fileName) }
+                return record.iv
+            }
+        }
+    }
+
+    /// The IVs of the conflict copies of `dir`'s IV file (a directory made on two
+    /// machines), read once; from format 5, only those made for this directory: one that
+    /// was not (copied in from another directory) is logged as damage and ignored, and
+    /// the names encrypted under it are not served.
+    func alternateIVs(_ dir: Node, keys: Keys) throws -> [(name: String, iv: [UInt8])] {
+        try dir.alternateIVs {
+            let copies = try DirectoryIV.alternates(in: dir.fd, bound: bindsDirectories)
+            guard bindsDirectories, !copies.isEmpty else { return copies.map { ($0.name, $0.record.iv) } }
+            return try copies.filter { copy in
+                if try fitsPlace(copy.record, of: dir, keys: keys) == true { return true }
+                logger.error("damage: \(dir.plaintextPath) (backing inode \(dir.ino)): \(VaultError.directoryIVMisplaced(copy.name)); ignored, and the names encrypted under it are not shown")
+                return false
+            }.map { ($0.name, $0.record.iv) }
+        }
+    }
+
+    /// Whether IV file `record` of directory `dir` fits where the directory stands
+    /// (format 5): at the root, or under the name it was last entered by, in its parent
+    /// under the parent's own IV — or, only if that fails, under an IV of a conflict copy
+    /// of the parent's IV file (which costs a listing of the parent). Nil if the daemon
+    /// knows no name for `dir` (after a lock, until the kernel looks it up again).
+    private func fitsPlace(_ record: DirectoryIV.Record, of dir: Node, keys: Keys) throws -> Bool? {
+        let macs = keys.set.places
+        if dir === nodes.root { return try DirectoryBinding.fits(record, places: [Place.root], macs: macs) }
+        guard let (parent, name) = dir.entry else { return nil }
+        let copy = try isStoredAsCopy(dir, shownAs: name, in: parent, keys: keys)
+        let own = Place.candidates(shownAs: name, ivs: [try directoryIV(parent, keys: keys)], storedAsCopy: copy)
+        if try DirectoryBinding.fits(record, places: own, macs: macs) { return true }
+        let others = ((try? alternateIVs(parent, keys: keys)) ?? []).map(\.iv)
+        return try DirectoryBinding.fits(record, places: Place.candidates(shownAs: name, ivs: others, storedAsCopy: copy), macs: macs)
     }
 
     /// Makes the header and empty final block of the new, empty backing file `fd` for
     /// entry `name` of `dir`.
     func initializeContent(_ fd: Int32, name: [UInt8], in dir: Node, keys: Keys) throws {
         guard layout.endsInFinalBlock else { return }
-        let iv = try dir.directoryIV()
+        let iv = try directoryIV(dir, keys: keys)
         try ContentFile(fd: fd, cipher: keys.set.content, layout: layout).initialize {
             try keys.set.places.tag(fileID: $0.bytes, dirIV: iv, name: name)
         }
@@ -39,7 +110,7 @@ extension PlainFileSystem {
     /// After an open with O_TRUNC emptied `node`: content that did not belong where it was
     /// opened (copied there from outside) is now the caller's, and is bound there.
     func rebindEmptied(_ node: Node, fd: Int32, keys: Keys) throws {
-        guard layout.endsInFinalBlock, let places = try candidatePlaces(node), let place = places.first else { return }
+        guard layout.endsInFinalBlock, let places = try candidatePlaces(node, keys: keys), let place = places.first else { return }
         let file = content(fd, of: node, keys: keys)
         let header = try file.header()
         if (try? PlaceBinding.check(header, places: places, xattrOf: nil, macs: keys.set.places)) != nil { return }
@@ -56,7 +127,7 @@ extension PlainFileSystem {
         try reportingDamage(node) {
             // Not while a write of this inode is between its slots.
             let header = try node.contentLock.reading { try content(fd, of: node, keys: keys).checkedHeader() }
-            guard let places = try candidatePlaces(node) else { return }
+            guard let places = try candidatePlaces(node, keys: keys) else { return }
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: fd,
                                                              macs: keys.set.places), journal?.foundAtOpen == true {
                 if let writable = try? openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false) {
@@ -88,15 +159,21 @@ extension PlainFileSystem {
     }
 
     /// Before backing file `file` (shown as `name` in `dir`) moves to `place`, or (with
-    /// `place` nil) gets a hard link: writes the new tag (the linked tag for a link).
-    /// Returns what puts the old tag back if the move fails, or nil if nothing was
-    /// written: not a regular file, no tags (format 1–3), already linked, or content that
-    /// does not belong where it is now (it keeps its tag, so the move does not make it
-    /// valid). `known`: the file's stat if the caller has just made it.
+    /// `place` nil) gets a hard link: writes the new tag (the linked tag for a link); for
+    /// a directory, into its IV files (`rebindDirectory`). Returns what puts the old tag
+    /// back if the move fails, or nil if nothing was written: not a regular file or
+    /// directory, no tags (format 1–3; format 4 for directories), already linked, or
+    /// content that does not belong where it is now (it keeps its tag, so the move does
+    /// not make it valid). `known`: the file's stat if the caller has just made it.
     func rebind(_ file: BackingFile, stat known: stat? = nil, shownAs name: [UInt8], in dir: Node, to place: Place?,
                 keys: Keys) throws -> (() -> Void)? {
-        guard layout.endsInFinalBlock, let st = known ?? (try? file.stat()), st.st_mode & S_IFMT == S_IFREG else { return nil }
-        let places = try candidatePlaces(shownAs: name, in: dir)
+        guard let st = known ?? (try? file.stat()) else { return nil }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            return try rebindDirectory(file, shownAs: name, in: dir, to: place, keys: keys)
+        }
+        guard layout.endsInFinalBlock, st.st_mode & S_IFMT == S_IFREG else { return nil }
+        let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
+                                         keys: keys)
         let macs = keys.set.places
         return try withContentDescriptor(file, stat: st) { fd in
             let content = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
@@ -113,6 +190,43 @@ extension PlainFileSystem {
                     try ContentFile(fd: $0, cipher: keys.set.content, layout: layout).setPlaceTag(old)
                 }
             }
+        }
+    }
+
+    /// Before directory `file` (shown as `name` in `dir`) moves to `place` (format 5):
+    /// writes the tag of the new place into its IV file and into each conflict copy of it
+    /// made for this directory (DirectoryIV.rebind: in place, on the disk before the
+    /// rename). An IV file that does not fit where the directory is now keeps its tags.
+    /// Returns what puts the old tags back, or nil if nothing was written.
+    private func rebindDirectory(_ file: BackingFile, shownAs name: [UInt8], in dir: Node, to place: Place?,
+                                 keys: Keys) throws -> (() -> Void)? {
+        guard bindsDirectories, let place else { return nil }
+        let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
+                                         keys: keys)
+        let macs = keys.set.places
+        let fd = try file.open(flags: O_PATH | O_DIRECTORY)
+        let copies = ((try? DirectoryIV.alternates(in: fd.rawValue, bound: true)) ?? []).map(\.name)
+        var undo: [() -> Void] = []
+        for ivFile in [DirectoryIV.fileName] + copies {
+            guard let record = try? DirectoryIV.read(ivFile, in: fd.rawValue, bound: true),
+                  try DirectoryBinding.fits(record, places: places, macs: macs) else { continue }
+            let new = try macs.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name)
+            try DirectoryIV.rebind(ivFile, in: fd.rawValue, record: record, to: new)
+            undo.append {
+                guard let moved = try? file.open(flags: O_PATH | O_DIRECTORY),
+                      let now = try? DirectoryIV.read(ivFile, in: moved.rawValue, bound: true) else { return }
+                try? DirectoryIV.rebind(ivFile, in: moved.rawValue, record: now, to: record.tags[0])
+            }
+        }
+        return undo.isEmpty ? nil : { undo.forEach { $0() } }
+    }
+
+    /// Whether backing file `file`, shown as `name` in `dir`, is stored under a conflict
+    /// copy's backing name.
+    private func isStoredAsCopy(_ file: BackingFile, shownAs name: [UInt8], in dir: Node, keys: Keys) throws -> Bool {
+        switch file {
+        case .entry(let backing, _): return try isStoredAsCopy(backing, shownAs: name, in: dir, keys: keys)
+        case .node(let node): return try isStoredAsCopy(node, shownAs: name, in: dir, keys: keys)
         }
     }
 

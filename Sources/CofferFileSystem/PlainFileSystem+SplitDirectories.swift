@@ -12,7 +12,7 @@ extension PlainFileSystem {
     /// The plaintext name of backing entry `backing` of `dir` under an alternate IV, if
     /// one decrypts it (nil if none does, or the directory has no alternate IV).
     func plaintextNameUnderAlternateIVs(_ backing: String, in dir: Node, keys: Keys) -> [UInt8]? {
-        guard let alternates = try? dir.alternateIVs() else { return nil }
+        guard let alternates = try? alternateIVs(dir, keys: keys) else { return nil }
         for alternate in alternates {
             if let name = try? keys.codecs.names.plaintextName(ofBacking: backing, dirIV: alternate.iv, in: dir.fd) { return name }
         }
@@ -21,7 +21,7 @@ extension PlainFileSystem {
 
     /// The existing backing entry of plaintext `name` under an alternate IV of `dir`.
     func backingNameUnderAlternateIVs(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
-        for alternate in try dir.alternateIVs() {
+        for alternate in try alternateIVs(dir, keys: keys) {
             let backing = try keys.codecs.names.backingName(for: name, dirIV: alternate.iv)
             if exists(backing.name, in: dir) { return backing }
         }
@@ -37,8 +37,8 @@ extension PlainFileSystem {
     /// " (1)" (" (2)", …) before its extension. Both machines settle the same way, so
     /// their sync engine sees the same renames. Called before a change in `dir`.
     func settleSplitDirectory(_ dir: Node, keys: Keys) throws {
-        guard dir.isDirectory, let alternates = try? dir.alternateIVs(), !alternates.isEmpty else { return }
-        let iv = try reportingDamage(dir) { try dir.directoryIV() }
+        guard dir.isDirectory, let alternates = try? alternateIVs(dir, keys: keys), !alternates.isEmpty else { return }
+        let iv = try directoryIV(dir, keys: keys)
         var renamed: [[UInt8]] = []
         for alternate in alternates {
             var moved: [String] = []

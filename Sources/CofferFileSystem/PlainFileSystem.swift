@@ -70,6 +70,8 @@ public final class PlainFileSystem: Sendable {
     public let vault: Vault
     /// The block layout of the vault's format.
     let layout: BlockLayout
+    /// Directory IV files carry tags binding them to their places (format 5 on).
+    let bindsDirectories: Bool
     let options: Options
     let nodes: NodeTable
     /// The vault's undo journal (nil on a backing file system coffer cannot write).
@@ -144,6 +146,7 @@ public final class PlainFileSystem: Sendable {
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
         self.vault = vault
         self.layout = BlockLayout.of(format: vault.config.format)
+        self.bindsDirectories = vault.config.bindsDirectories
         self.options = options
         self.hooks = hooks
         self.logger = logger
@@ -394,7 +397,7 @@ public final class PlainFileSystem: Sendable {
     /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
     /// the directory, whichever operation meets it.
     func backingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
-        try keys.codecs.names.backingName(for: name, dirIV: try reportingDamage(dir) { try dir.directoryIV() })
+        try keys.codecs.names.backingName(for: name, dirIV: try directoryIV(dir, keys: keys))
     }
 
     /// The backing name of an existing entry `name` of `dir`: its encrypted name; if no
@@ -417,7 +420,7 @@ public final class PlainFileSystem: Sendable {
 
     /// The conflict copy in `dir` that plaintext `name` shows, if there is one.
     func conflictCopyName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
-        let iv = try reportingDamage(dir) { try dir.directoryIV() }
+        let iv = try directoryIV(dir, keys: keys)
         return try keys.codecs.names.conflictCopyName(for: name, dirIV: iv) { exists($0, in: dir) }
     }
 

@@ -1,5 +1,8 @@
-// DirectoryIV is the random 16-byte IV file in every backing directory; it makes the
-// same plaintext name encrypt differently in different directories.
+// DirectoryIV is the IV file in every backing directory: a random 16-byte IV that makes
+// the same plaintext name encrypt differently in different directories, and from format
+// 5 on the tags that bind it to its directory's place (FORMAT.md §5), so that an IV file
+// copied into another directory, or a directory's contents moved under another name, is
+// refused.
 import CofferCrypto
 import CofferSystem
 import Glibc
@@ -9,6 +12,27 @@ public enum DirectoryIV {
     public static let fileName = "coffer.diriv"
     /// Prefix of a backing directory on its way in (mkdir) or out (rmdir).
     public static let temporaryPrefix = ".coffer.dir."
+
+    /// An IV file as read: the IV, and from format 5 its tags — the tag of its place and
+    /// the tag of the place it had before its last rename (zeros for a directory never
+    /// renamed), either of which may fit (a crash may keep a rename and not the write of
+    /// the new tag before it, or the reverse).
+    public struct Record: Equatable, Sendable {
+        public let iv: [UInt8]
+        /// Empty up to format 4.
+        public let tags: [[UInt8]]
+
+        init(_ bytes: [UInt8]) {
+            iv = Array(bytes[..<NameCipher.ivSize])
+            tags = stride(from: NameCipher.ivSize, to: bytes.count, by: PlaceMAC.tagSize).map {
+                Array(bytes[$0..<$0 + PlaceMAC.tagSize])
+            }
+        }
+    }
+
+    /// Bytes of an IV file: the IV alone up to format 4; from format 5 (`bound`) the IV,
+    /// the tag of its place and the tag of its previous place (16 + 16 + 16).
+    public static func fileSize(bound: Bool) -> Int { NameCipher.ivSize + (bound ? 2 * PlaceMAC.tagSize : 0) }
 
     /// A name for a backing directory on its way in or out: it starts with '.', so
     /// listings pass over it, and `coffer fsck --repair` removes one that a crash left.
@@ -23,11 +47,39 @@ public enum DirectoryIV {
     /// afterwards, and a journaling file system makes that rename durable (on any fsync
     /// of anything on the disk) only with the IV file's earlier allocation and size, so
     /// a power cut never leaves the directory's entry without its IV (issue 19, item 2).
+    /// `tag` (format 5 on) gives the tag of the new IV at the directory's place.
     @discardableResult
-    public static func create(in dir: Int32, durable: Bool = true) throws -> [UInt8] {
+    public static func create(in dir: Int32, durable: Bool = true, tag: (([UInt8]) throws -> [UInt8])? = nil) throws -> [UInt8] {
         let iv = Sodium.randomArray(count: NameCipher.ivSize)
-        try write(iv, in: dir, durable: durable)
+        let tags = try tag.map { try $0(iv) + [UInt8](repeating: 0, count: PlaceMAC.tagSize) } ?? []
+        try write(iv + tags, in: dir, durable: durable)
         return iv
+    }
+
+    /// Rebinds IV file `fileName` (the IV file or a conflict copy of it) of `dir`, whose
+    /// content is `record` (format 5), to `tag`: writes `tag` ‖ its present tag in place
+    /// and waits until the bytes are on the disk, before the caller's rename of the
+    /// directory (so a power cut that keeps the rename keeps the new tag; one that does
+    /// not leaves the old tag, which still fits). An IV file is mode 0400: made writable
+    /// for the write.
+    public static func rebind(_ fileName: String = fileName, in dir: Int32, record: Record, to tag: [UInt8]) throws {
+        precondition(record.tags.count == 2 && tag.count == PlaceMAC.tagSize)
+        let path = try FileDescriptor.open(fileName, in: dir, flags: O_PATH | O_NOFOLLOW)
+        let st = try Sys.stat(path.rawValue)
+        guard st.st_mode & S_IFMT == S_IFREG else { throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file") }
+        let bytes = tag + record.tags[0]
+        func write() throws {
+            let fd = try FileDescriptor.open(Sys.procPath(path.rawValue), flags: O_WRONLY)
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: Int64(NameCipher.ivSize)) }
+            try Sys.writeOut(fd.rawValue)
+        }
+        do {
+            try write()
+        } catch let error as Errno where error.code == EACCES && st.st_uid == geteuid() {
+            try Sys.chmod(Sys.procPath(path.rawValue), (st.st_mode & 0o7777) | 0o200)
+            defer { try? Sys.chmod(Sys.procPath(path.rawValue), st.st_mode & 0o7777) }
+            try write()
+        }
     }
 
     /// fsyncs the IV file of `dir`.
@@ -36,11 +88,11 @@ public enum DirectoryIV {
         try Sys.fsync(fd.rawValue)
     }
 
-    /// Writes `iv` as the IV file of `dir` (which must not have one).
-    static func write(_ iv: [UInt8], in dir: Int32, durable: Bool = true) throws {
+    /// Writes `bytes` as the IV file of `dir` (which must not have one).
+    static func write(_ bytes: [UInt8], in dir: Int32, durable: Bool = true) throws {
         let fd = try FileDescriptor.open(fileName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         do {
-            try iv.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
             if durable { try Sys.fsync(fd.rawValue) } else { try Sys.writeOut(fd.rawValue) }
         } catch {
             try? Sys.unlink(fileName, in: dir)
@@ -53,18 +105,20 @@ public enum DirectoryIV {
     /// its own IV (FORMAT.md §5).
     public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
 
-    /// The IVs of the conflict copies of `dir`'s IV file, by name (one listing of `dir`).
-    /// A copy that is not a valid IV is left out.
-    public static func alternates(in dir: Int32) throws -> [(name: String, iv: [UInt8])] {
+    /// The conflict copies of `dir`'s IV file, by name (one listing of `dir`). A copy
+    /// that is not a valid IV file is left out; whether one was made for this directory
+    /// is the caller's to check (`DirectoryBinding`).
+    public static func alternates(in dir: Int32, bound: Bool) throws -> [(name: String, record: Record)] {
         try Sys.listDirectory(dir).filter(isConflictCopy).sorted().compactMap { name in
-            (try? read(name, in: dir)).map { (name, $0) }
+            (try? read(name, in: dir, bound: bound)).map { (name, $0) }
         }
     }
 
-    /// Reads the IV of the backing directory `dir`.
-    public static func read(in dir: Int32) throws -> [UInt8] { try read(fileName, in: dir) }
+    /// Reads the IV file of the backing directory `dir` (`bound`: a format-5 vault's).
+    public static func read(in dir: Int32, bound: Bool) throws -> Record { try read(fileName, in: dir, bound: bound) }
 
-    private static func read(_ fileName: String, in dir: Int32) throws -> [UInt8] {
+    /// Reads IV file `fileName` (the IV file or a conflict copy of it) of `dir`.
+    public static func read(_ fileName: String, in dir: Int32, bound: Bool) throws -> Record {
         let bytes: [UInt8]
         do {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64)
@@ -75,10 +129,10 @@ public enum DirectoryIV {
         } catch let error as Errno where error.code == ELOOP {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is a symlink")
         }
-        guard bytes.count == NameCipher.ivSize else {
-            throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(NameCipher.ivSize)")
+        guard bytes.count == fileSize(bound: bound) else {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(fileSize(bound: bound))")
         }
-        return bytes
+        return Record(bytes)
     }
 
     /// The entries of backing directory `fd` that an empty plaintext directory may hold

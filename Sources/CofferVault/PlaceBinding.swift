@@ -4,7 +4,8 @@
 // A rename writes the new tag into the header, and before it the old and new tags into
 // the backing xattr `user.coffer.place`: a metadata change the file system orders before
 // the rename, so after a power cut that kept the rename but not the header's new bytes
-// the file still opens (and its header is mended).
+// the file still opens (and its header is mended). From format 5, DirectoryBinding binds
+// a directory's IV file to the directory's place the same way (FORMAT.md §5).
 import CofferCrypto
 import CofferSystem
 import Glibc
@@ -19,12 +20,19 @@ public struct Place: Equatable, Sendable {
         self.name = name
     }
 
+    /// The place of the vault's root directory (its IV file's tag binds it there).
+    public static let root = Place(dirIV: [], name: [])
+
     /// The places an entry shown as `name` in a directory with IVs `ivs` (its own first,
     /// then those of its IV file's conflict copies) may have been bound to: that name,
-    /// or for a sync engine's conflict copy the original's name (the copy is a version of
-    /// the original, written to its place).
-    public static func candidates(shownAs name: [UInt8], ivs: [[UInt8]]) -> [Place] {
-        let names = [name] + (ConflictName.parse(plaintext: name).map { [$0.original] } ?? [])
+    /// and for a sync engine's conflict copy — an entry stored under a conflict copy's
+    /// backing name (`storedAsCopy`) — the original's name: the engine wrote a version of
+    /// the original there. An entry stored under the encrypted name of a name that only
+    /// reads like a copy (`doc (1).pdf`, as a browser names a second download) was made
+    /// by coffer under that very name, and is bound to it alone.
+    public static func candidates(shownAs name: [UInt8], ivs: [[UInt8]], storedAsCopy: Bool) -> [Place] {
+        let original = storedAsCopy ? ConflictName.parse(plaintext: name).map(\.original) : nil
+        let names = [name] + (original.map { [$0] } ?? [])
         return ivs.flatMap { iv in names.map { Place(dirIV: iv, name: $0) } }
     }
 }
@@ -86,5 +94,22 @@ public enum PlaceBinding {
             try file.setPlaceTag(newTag, keeping: times)
             try Sys.fdatasync(file.fd)
         }
+    }
+}
+
+/// The rule (format 5) by which a directory's IV file — its own, or a sync engine's
+/// conflict copy of it — is accepted: one of its tags is the tag of its IV at one of the
+/// places the directory may stand for. An IV file copied into another directory, or a
+/// directory's contents moved under another name, fits none and is refused.
+public enum DirectoryBinding {
+    /// Whether `record` belongs to a directory at one of `places` (always, without tags:
+    /// formats 1–4).
+    public static func fits(_ record: DirectoryIV.Record, places: [Place], macs: PlaceMAC) throws -> Bool {
+        guard !record.tags.isEmpty else { return true }
+        for place in places {
+            let tag = try macs.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name)
+            if record.tags.contains(where: { PlaceMAC.equal($0, tag) }) { return true }
+        }
+        return false
     }
 }

@@ -99,7 +99,14 @@ public final class Vault: Sendable {
             try wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
             try wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
         ]
-        try DirectoryIV.create(in: root.rawValue)
+        if config.bindsDirectories {
+            let placeKey = master.subkey(.place)
+            defer { placeKey.wipe() }
+            let places = PlaceMAC(key: placeKey)
+            try DirectoryIV.create(in: root.rawValue) { try places.directoryTag(iv: $0, parentIV: [], name: []) }
+        } else {
+            try DirectoryIV.create(in: root.rawValue)
+        }
         try config.save(in: root.rawValue)
         return (Vault(path: path, root: root, config: config), recoveryKey)
     }

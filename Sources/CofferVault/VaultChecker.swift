@@ -49,6 +49,8 @@ public final class VaultChecker {
     private let codecs: VaultCodecs
     /// The block layout of the vault's format.
     private let layout: BlockLayout
+    /// IV files carry tags binding them to their directories' places (format 5 on).
+    private let bindsDirectories: Bool
     public private(set) var summary = VaultCheckSummary()
     private let report: (VaultProblem) -> Void
     private let progress: (VaultCheckSummary) -> Void
@@ -65,6 +67,7 @@ public final class VaultChecker {
         keys = vault.keys(from: master)
         codecs = VaultCodecs(keys, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
         layout = BlockLayout.of(format: vault.config.format)
+        bindsDirectories = vault.config.bindsDirectories
         self.report = { problem in report(problem) }
         self.progress = progress
     }
@@ -86,40 +89,51 @@ public final class VaultChecker {
     /// names, so they read as before. Returns how many were moved.
     /// The entries move first and the new IV comes last (a crash in between leaves the
     /// lost IV, and the next repair goes on), except at the root, which lost+found needs.
-    private func giveNewIV(_ dir: Int32) throws -> Int {
+    private func giveNewIV(_ dir: Int32, place: Place) throws -> Int {
         let entries = try Sys.readDirectory(dir).filter { !NameTransform.isReserved($0.name) }
         let isRoot = try Sys.stat(dir).st_ino == Sys.stat(root).st_ino
-        if isRoot { try replaceIV(in: dir) }
+        if isRoot { try replaceIV(in: dir, place: place) }
         let target = try lostAndFoundDirectory()
-        let targetIV = try DirectoryIV.read(in: target.rawValue)
+        let targetIV = try DirectoryIV.read(in: target.rawValue, bound: bindsDirectories).iv
         for entry in entries {
             let name = try codecs.names.backingName(for: Array("#\(entry.ino)".utf8), dirIV: targetIV)
             try NameTransform.writeSidecar(name, in: target.rawValue)
             // Its old place cannot be checked any more (its name was under the lost IV).
-            if entry.type == UInt8(DT_REG) { try bind(entry.name, in: dir, to: Place(dirIV: targetIV, name: Array("#\(entry.ino)".utf8))) }
+            let newPlace = Place(dirIV: targetIV, name: Array("#\(entry.ino)".utf8))
+            if entry.type == UInt8(DT_REG) { try bind(entry.name, in: dir, to: newPlace) }
+            if entry.type == UInt8(DT_DIR) { try bindDirectory(entry.name, in: dir, to: newPlace) }
             try Sys.rename(entry.name, in: dir, to: name.name, in: target.rawValue, flags: RENAME_NOREPLACE)
             NameTransform.removeSidecar(ofEntry: entry.name, in: dir)
         }
         try AtomicFile.syncDirectory(target.rawValue)
-        if !isRoot { try replaceIV(in: dir) }
+        if !isRoot { try replaceIV(in: dir, place: place) }
         return entries.count
     }
 
-    private func replaceIV(in dir: Int32) throws {
+    private func replaceIV(in dir: Int32, place: Place) throws {
         if (try? Sys.stat(DirectoryIV.fileName, in: dir)) != nil { try Sys.unlink(DirectoryIV.fileName, in: dir) }
-        try DirectoryIV.create(in: dir)
+        try createIV(in: dir, place: place)
         try AtomicFile.syncDirectory(dir)
+    }
+
+    /// Makes the IV file of `dir`, bound (format 5) to `place`.
+    private func createIV(in dir: Int32, place: Place) throws {
+        let places = keys.places
+        try DirectoryIV.create(in: dir, tag: !bindsDirectories ? nil : {
+            try places.directoryTag(iv: $0, parentIV: place.dirIV, name: place.name)
+        })
     }
 
     /// The backing directory of /lost+found, made (as mkdir makes one: under a temporary
     /// name, given its IV, renamed into place) if it is not there.
     private func lostAndFoundDirectory() throws -> FileDescriptor {
-        let name = try codecs.names.backingName(for: Array(Self.lostAndFound.utf8), dirIV: try DirectoryIV.read(in: root)).name
+        let rootIV = try DirectoryIV.read(in: root, bound: bindsDirectories).iv
+        let name = try codecs.names.backingName(for: Array(Self.lostAndFound.utf8), dirIV: rootIV).name
         if let existing = try? FileDescriptor.open(name, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW) { return existing }
         let temp = DirectoryIV.temporaryName()
         try Sys.mkdir(temp, in: root, mode: 0o700)
         let fd = try FileDescriptor.open(temp, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-        try DirectoryIV.create(in: fd.rawValue)
+        try createIV(in: fd.rawValue, place: Place(dirIV: rootIV, name: Array(Self.lostAndFound.utf8)))
         try Sys.rename(temp, in: root, to: name, in: root, flags: RENAME_NOREPLACE)
         try AtomicFile.syncDirectory(root)
         return fd
@@ -145,7 +159,7 @@ public final class VaultChecker {
 
     /// Checks everything below the vault root.
     public func run() -> VaultCheckSummary {
-        checkDirectory(root, path: "")
+        checkDirectory(root, path: "", places: [Place.root])
         checkTargetSidecars()
         return summary
     }
@@ -162,18 +176,23 @@ public final class VaultChecker {
         }
     }
 
-    private func checkDirectory(_ dir: Int32, path: String) {
+    /// `places`: where the directory may stand (its IV file must fit one, format 5).
+    private func checkDirectory(_ dir: Int32, path: String, places: [Place]) {
         summary.directories += 1
         checkXattrs(Sys.procPath(dir), path: path)
         let iv: [UInt8]
         do {
-            iv = try DirectoryIV.read(in: dir)
+            let record = try DirectoryIV.read(in: dir, bound: bindsDirectories)
+            guard try DirectoryBinding.fits(record, places: places, macs: keys.places) else {
+                return problem(path, "\(VaultError.directoryIVMisplaced(DirectoryIV.fileName)); the names in it are not checked")
+            }
+            iv = record.iv
         } catch {
             guard repair else {
                 return problem(path, "\(error); names in it cannot be read (fsck --repair gives it a new IV and moves its entries to /\(Self.lostAndFound))")
             }
             do {
-                let moved = try giveNewIV(dir)
+                let moved = try giveNewIV(dir, place: places[0])
                 summary.repaired += 1
                 report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
                                     what: "\(error); repaired: a new IV, and its \(moved) entr\(moved == 1 ? "y" : "ies") moved to /\(Self.lostAndFound) (as #INODE, contents intact)",
@@ -181,12 +200,22 @@ public final class VaultChecker {
             } catch let failure {
                 return problem(path, "\(error); repair failed: \(failure)")
             }
-            return checkDirectory(dir, path: path)
+            return checkDirectory(dir, path: path, places: places)
         }
         let entries: [Sys.DirectoryEntry]
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }
         let orphans = Set(NameTransform.orphanSidecars(entries.map(\.name)))
-        let alternates = (try? DirectoryIV.alternates(in: dir)) ?? []
+        // Conflict copies of the IV file, only those made for this directory (format 5).
+        var alternates: [(name: String, iv: [UInt8])] = []
+        var misplaced = Set<String>()
+        for copy in (try? DirectoryIV.alternates(in: dir, bound: bindsDirectories)) ?? [] {
+            if (try? DirectoryBinding.fits(copy.record, places: places, macs: keys.places)) == true {
+                alternates.append((copy.name, copy.record.iv))
+            } else {
+                misplaced.insert(copy.name)
+                problem(path, "\(VaultError.directoryIVMisplaced(copy.name)); the names encrypted under it are not served", backingName: copy.name)
+            }
+        }
         for entry in entries {
             if orphans.contains(entry.name) {
                 leftover(path, "orphan long-name sidecar, left by a crash (harmless)", backingName: entry.name) {
@@ -210,6 +239,7 @@ public final class VaultChecker {
             let copy = ConflictName.parse(backingName: entry.name)
             do {
                 guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else {
+                    if misplaced.contains(entry.name) { continue }
                     if DirectoryIV.isConflictCopy(entry.name) {
                         conflict(path, "the directory was made on two machines: a sync engine's copy of its IV file, under which the other machine's names are encrypted (the mount serves both and settles the directory on one IV at its next change)", backingName: entry.name)
                     } else if let copy {
@@ -228,16 +258,16 @@ public final class VaultChecker {
                 name = other
             }
             let childPath = path + "/" + String(decoding: name, as: UTF8.self)
+            let childPlaces = Place.candidates(shownAs: name, ivs: [iv] + alternates.map(\.iv), storedAsCopy: copy != nil)
             if copy != nil { conflict(childPath, "a sync engine's conflict copy, shown under this name") }
             do {
                 let st = try Sys.stat(entry.name, in: dir)
                 switch st.st_mode & S_IFMT {
                 case S_IFDIR:
                     let fd = try FileDescriptor.open(entry.name, in: dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-                    checkDirectory(fd.rawValue, path: childPath)
+                    checkDirectory(fd.rawValue, path: childPath, places: childPlaces)
                 case S_IFREG:
-                    checkFile(entry.name, in: dir, path: childPath,
-                              places: Place.candidates(shownAs: name, ivs: [iv] + alternates.map(\.iv)))
+                    checkFile(entry.name, in: dir, path: childPath, places: childPlaces)
                 case S_IFLNK:
                     do {
                         let linkTarget = try Sys.readlink(entry.name, in: dir)
@@ -264,6 +294,17 @@ public final class VaultChecker {
         let header = try file.header()
         let tag = try keys.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
         try PlaceBinding.rewrite(file, from: header.placeTag ?? tag, to: tag)
+    }
+
+    /// Binds the IV file of backing directory `name` of `dir` (format 5) to `place`,
+    /// whatever its tags say now (a repair that moves it where its old place cannot be
+    /// checked).
+    private func bindDirectory(_ name: String, in dir: Int32, to place: Place) throws {
+        guard bindsDirectories else { return }
+        let fd = try FileDescriptor.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        let record = try DirectoryIV.read(in: fd.rawValue, bound: true)
+        try DirectoryIV.rebind(in: fd.rawValue, record: record,
+                               to: keys.places.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name))
     }
 
     /// From format 4: the content of `file` must belong to one of `places`, and its final

@@ -12,11 +12,12 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// Whether backing entry `name` is a sync engine's conflict copy of the config.
     public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
     /// The newest format version this build writes (docs/FORMAT.md).
-    public static let currentFormat = 4
+    public static let currentFormat = 5
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
     /// targets, 2 from 3 only in having no AES-256-GCM, 3 from 4 in binding content to
-    /// its place and authenticating its length (BlockLayout, PlaceBinding).
-    public static let supportedFormats = 1...4
+    /// its place and authenticating its length (BlockLayout, PlaceBinding), 4 from 5 in
+    /// binding each directory's IV file to the directory's place (DirectoryBinding).
+    public static let supportedFormats = 1...5
 
     /// The oldest format that has `cipher`.
     public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {
@@ -26,8 +27,8 @@ public struct VaultConfig: Codable, Equatable, Sendable {
         }
     }
 
-    /// The format a new vault is written in: the newest, whose content is bound to its
-    /// place and whose length is authenticated (`coffer init --format` makes an older
+    /// The format a new vault is written in: the newest, whose content and directory IVs
+    /// are bound to their places and whose length is authenticated (`coffer init --format` makes an older
     /// one, for a machine whose coffer knows only that).
     public static func defaultFormat(for cipher: ContentAlgorithm) -> Int { currentFormat }
 
@@ -54,6 +55,8 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     public var format: Int
     /// Symlink targets too long for the backing symlink go into a sidecar (format 2 on).
     public var storesLongSymlinkTargets: Bool { format >= 2 }
+    /// Each directory's IV file carries the tags binding it to its place (format 5 on).
+    public var bindsDirectories: Bool { format >= 5 }
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String

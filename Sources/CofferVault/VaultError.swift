@@ -53,6 +53,10 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case symlinkSidecarDamaged(reference: String)
     /// A directory's IV file is missing or of the wrong length.
     case directoryIVDamaged(reason: String)
+    /// The IV file (or the conflict copy of it) with this name was not made for this
+    /// directory (format 5): copied in from another one, or the directory's contents
+    /// were moved here from under another name.
+    case directoryIVMisplaced(String)
     /// A plaintext name is longer than 255 bytes (ENAMETOOLONG).
     case nameTooLong
     /// A plaintext name is empty, ".", "..", or contains '/' or NUL.
@@ -92,6 +96,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"
         case .symlinkSidecarDamaged(let reference): return "symlink-target sidecar \(reference) is missing or damaged"
         case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
+        case .directoryIVMisplaced(let name): return "directory IV damaged: \(name) belongs to another directory (copied here, or this directory's contents moved here, from outside the mount)"
         case .nameTooLong: return "file name too long (more than 255 bytes)"
         case .invalidName: return "invalid file name"
         case .tooLong(let item): return "\(item.rawValue) too long"

@@ -42,6 +42,13 @@ final class FormatVectorTests: XCTestCase {
         out.append(("place_tag", hex(placeTag)))
         out.append(("place_tag_linked", hex(try keys.places.linkedTag(fileID: fileID.bytes))))
         out.append(("content_file_header_v2", hex(FileHeader(version: 2, fileID: fileID, placeTag: placeTag).bytes)))
+        // Format 5: the IV file of directory "docs" (IV f0 … ff) in a directory with IV
+        // e0 … ef, never renamed (previous tag zero), and the tag of that IV at the root.
+        let docsIV = bytes(from: 0xf0, count: 16)
+        let dirTag = try keys.places.directoryTag(iv: docsIV, parentIV: bytes(from: 0xe0, count: 16), name: Array("docs".utf8))
+        out.append(("dir_tag", hex(dirTag)))
+        out.append(("dir_tag_root", hex(try keys.places.directoryTag(iv: docsIV, parentIV: [], name: []))))
+        out.append(("diriv_file_v5", hex(docsIV + dirTag + [UInt8](repeating: 0, count: 16))))
         var final = [UInt8](repeating: 0, count: 40)
         var nothing: UInt8 = 0
         try withUnsafeMutablePointer(to: &nothing) { dummy in

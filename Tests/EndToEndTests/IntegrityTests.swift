@@ -1,9 +1,11 @@
 // End-to-end: what an attacker who can write CIPHERDIR (a cloud provider, a sync peer,
 // a shared server) can no longer do undetected in a format-4 vault — content copied or
 // moved to another name or directory, swapped within one, a file cut at any byte — and
-// what keeps working: coffer's own renames, hard links, conflict copies, and a header
-// a crash left stale. Each attack is also run on a format-3 vault, where it passes
-// silently: that is the difference the format makes (FORMAT.md §9's table).
+// in a format-5 vault — a directory's contents served under another directory's name,
+// through a planted IV file — and what keeps working: coffer's own renames, hard links,
+// conflict copies, and a header or IV file a crash left stale. Each attack is also run
+// on the format before, where it passes silently: that is the difference the format
+// makes (FORMAT.md §9's table).
 import Foundation
 import XCTest
 
@@ -127,6 +129,122 @@ final class IntegrityTests: EndToEndCase {
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
         XCTAssertFalse(fsck.stdout.contains("damaged"), fsck.stdout)
+    }
+
+    /// Another directory's IV file planted as a conflict copy of a's (as a sync engine
+    /// names one), with that directory's files copied beside it: format 4 serves b's
+    /// files as a's, and its next change in a settles them there for good; format 5
+    /// serves none of them, logs the planted copy as damage, settles nothing of it, and
+    /// fsck reports it.
+    func testAnIVFileOfAnotherDirectoryServesNothingOfIt() {
+        let conflict = "coffer.sync-conflict-20260101-000000-ABCDEFG.diriv"
+        for format in [4, 5] {
+            let vault = vaultWithFiles(format)
+            assertOK(vault.sh("echo 'content of b/only' > b/only"), "one more file")
+            let a = vault.backingPath(of: "a"), b = vault.backingPath(of: "b")
+            vault.unmount()
+            assertOK(Harness.sh("""
+                cp '\(b)/coffer.diriv' '\(a)/\(conflict)'
+                for f in '\(b)'/*; do n=$(basename "$f"); [ "$n" = coffer.diriv ] || cp "$f" '\(a)'/"$n"; done
+                """), "plant")
+            vault.mount()
+            let served = vault.sh("ls a | tr '\\n' ' '; cat a/only a/y 2>/dev/null || true; echo new > a/new && ls a | tr '\\n' ' '")
+            if format == 4 {
+                XCTAssertTrue(served.stdout.contains("content of b/only"), "format 4 serves b's files in a (FORMAT.md's residual): \(served.stdout)")
+                continue
+            }
+            XCTAssertEqual(served.stdout, "x new x ", "nothing of b is served in a, before or after a change there: \(served.stdout)\(served.stderr)")
+            XCTAssertEqual(vault.sh("cat a/x").stdout, "content of a/x\n")
+            XCTAssertTrue(vault.log.contains("damage: /a (backing inode"), vault.log)
+            XCTAssertTrue(vault.log.contains("\(conflict) belongs to another directory"), vault.log)
+            vault.unmount()
+            XCTAssertTrue(FileManager.default.fileExists(atPath: "\(a)/\(conflict)"), "the planted copy was not settled into a")
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+            XCTAssertTrue(fsck.stdout.contains("damaged: /a/<\(conflict)>: directory IV damaged: \(conflict) belongs to another directory"), fsck.stdout)
+            XCTAssertFalse(fsck.stdout.contains("conflict: /a/<\(conflict)>"), fsck.stdout)
+        }
+    }
+
+    /// Two directories exchange their contents in CIPHERDIR (the backing directories'
+    /// names swapped, IV files and all): format 4 serves b's files as a's; format 5
+    /// refuses both directories (EIO, a log line naming each) and fsck reports them.
+    func testDirectoriesThatExchangeTheirContentsAreRefused() {
+        for format in [4, 5] {
+            let vault = vaultWithFiles(format)
+            let a = vault.backingPath(of: "a"), b = vault.backingPath(of: "b")
+            vault.unmount()
+            assertOK(Harness.sh("mv '\(a)' '\(a).swap' && mv '\(b)' '\(a)' && mv '\(a).swap' '\(b)'"), "swap")
+            vault.mount()
+            let listed = vault.sh("ls a; cat a/y || true")
+            if format == 4 {
+                XCTAssertEqual(listed.stdout, "y\ncontent of b/y\n", "format 4 serves b's contents as a's (FORMAT.md's residual)")
+                continue
+            }
+            XCTAssertTrue(listed.stderr.contains("Input/output error"), listed.stdout + listed.stderr)
+            XCTAssertFalse(listed.stdout.contains("content of b/y"), listed.stdout)
+            XCTAssertTrue(vault.sh("ls b").stderr.contains("Input/output error"))
+            XCTAssertTrue(vault.log.contains("damage: /a (backing inode"), vault.log)
+            XCTAssertTrue(vault.log.contains("coffer.diriv belongs to another directory"), vault.log)
+            vault.unmount()
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+            for name in ["/a", "/b"] {
+                XCTAssertTrue(fsck.stdout.contains("damaged: \(name): directory IV damaged: coffer.diriv belongs to another directory"), fsck.stdout)
+            }
+        }
+    }
+
+    /// A name that only reads like a copy (`doc (1).pdf`: a browser's second download)
+    /// is bound to itself: the content of `doc.pdf` copied over it is refused, in
+    /// format 4 as in 5. A sync engine's own conflict copy of doc.pdf still opens
+    /// (testRenamesLinksAndConflictCopiesKeepWorking).
+    func testContentOfAFileCopiedOverANameThatReadsAsItsCopyIsRefused() {
+        let vault = vaultWithFiles(4)
+        assertOK(vault.sh("echo 'the first' > 'doc.pdf' && echo 'the second' > 'doc (1).pdf'"), "downloads")
+        let paths = backing(vault, ["doc.pdf", "doc (1).pdf"])
+        let copied = afterAttack(vault, read: "doc (1).pdf", "cat '\(paths["doc.pdf"]!)' > '\(paths["doc (1).pdf"]!)'")
+        XCTAssertTrue(copied.stderr.contains("Input/output error"), "copied content is refused: \(copied.stdout)")
+        XCTAssertFalse(copied.stdout.contains("f   i   r   s   t"), copied.stdout)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("damaged: /doc (1).pdf: its content belongs to another name or directory"), fsck.stdout)
+    }
+
+    /// Renamed directories keep their contents readable, across a mount and by fsck
+    /// (format 5 writes the IV file's new tag, on the disk, before the rename). A power
+    /// cut that loses the rename after the tag was written leaves the directory at its
+    /// old place with the new tag in front: the previous tag still fits there (rebuilt
+    /// here by renaming the backing directory back). An IV file whose tags fit nowhere
+    /// is refused.
+    func testRenamedDirectoriesKeepWorkingAndARenameLostByACrashStillFits() {
+        let vault = vaultWithFiles(5)
+        assertOK(vault.sh("mkdir -p a/sub && echo deep > a/sub/f && mv a a2 && mv a2/sub b/sub2 && mv b b2 && chmod 555 b2/sub2"),
+                 "directory renames")
+        let old = vault.backingPath(of: "b2/sub2")
+        assertOK(vault.sh("mv b2/sub2 sub3"), "the last rename")
+        let new = vault.backingPath(of: "sub3")
+        XCTAssertEqual(vault.sh("cat a2/x b2/y sub3/f").stdout, "content of a/x\ncontent of b/y\ndeep\n")
+        vault.unmount()
+        XCTAssertEqual(vault.fsck().status, 0)
+        assertOK(Harness.sh("mv '\(new)' '\(old)'"), "the rename lost")
+        vault.mount()
+        let back = vault.sh("cat b2/sub2/f")
+        XCTAssertEqual(back.stdout, "deep\n", back.stderr)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        // Tags of no place it ever had: refused.
+        assertOK(Harness.sh("""
+            python3 -c 'import sys, os
+            p = sys.argv[1] + "/coffer.diriv"; b = open(p, "rb").read(); assert len(b) == 48, len(b)
+            os.chmod(p, 0o600); open(p, "wb").write(b[:16] + bytes(32)); os.chmod(p, 0o400)' '\(old)'
+            """), "tags gone")
+        vault.mount()
+        XCTAssertTrue(vault.sh("cat b2/sub2/f").stderr.contains("Input/output error"))
+        vault.unmount()
+        XCTAssertEqual(vault.fsck().status, 40)
     }
 
     /// A power cut can keep a rename but not the header bytes written before it: the

@@ -155,15 +155,19 @@ final class OtherWritersTests: EndToEndCase {
         let marker = ".sync-conflict-20261123-101500-ABCDEFG"
         // What a sync engine leaves when both machines made d/: one machine's IV file, the
         // other's as a conflict copy, and the files of both, each named under its own IV.
+        // The other machine's d is made here first and taken out of the vault, then d is
+        // made again (the same place: a format-5 IV file is bound to it) and merged.
         assertOK(vault.sh(helpers + """
-            mkdir d other; echo 'made here' > d/mine.txt; echo 'here' > d/both.txt
-            echo 'made there' > other/theirs.txt; echo 'there' > other/both.txt
-            bd=$(backing d); bo=$(backing other)
-            for f in "$C/$bo"/*; do
+            mkdir d; echo 'made there' > d/theirs.txt; echo 'there' > d/both.txt
+            bd=$(backing d); mv "$C/$bd" "$C/../there"
+            soon '[ ! -e d ]'
+            mkdir d; echo 'made here' > d/mine.txt; echo 'here' > d/both.txt
+            [ "$(backing d)" = "$bd" ] || { echo "d has another backing name"; exit 1; }
+            for f in "$C/../there"/*; do
               case "$(basename "$f")" in coffer.diriv) mv "$f" "$C/$bd/coffer\(marker).diriv" ;;
                 *) n=$(basename "$f"); [ -e "$C/$bd/$n" ] && { echo "name clash"; exit 1; }; mv "$f" "$C/$bd/$n" ;; esac
             done
-            rmdir "$C/$bo"
+            rmdir "$C/../there"
             soon '[ "$(ls d | tr "\\n" " ")" = "both.txt both.txt mine.txt theirs.txt " ]' || { ls d; exit 1; }
             [ "$(cat d/theirs.txt)" = 'made there' ]
             [ "$(cat d/mine.txt)" = 'made here' ]

@@ -315,6 +315,18 @@ def linked_tag(k_place: bytes, file_id: bytes) -> bytes:
     return hashlib.blake2b(b"coffer.linked\0" + file_id, digest_size=16, key=k_place).digest()
 
 
+def directory_tag(k_place: bytes, iv: bytes, parent_iv: bytes, name: bytes) -> bytes:
+    """§5 format 5: tag of a directory IV = BLAKE2b-16(key = K_place, "coffer.dirplace" ‖ 0x00 ‖ IV ‖
+    parent's IV ‖ name); parent's IV and name are empty for the vault's root."""
+    assert len(iv) == 16 and (len(parent_iv) == 16 and name or not parent_iv and not name)
+    return hashlib.blake2b(b"coffer.dirplace\0" + iv + parent_iv + name, digest_size=16, key=k_place).digest()
+
+
+def directory_iv_file(iv: bytes, tag: bytes, previous: bytes = bytes(16)) -> bytes:
+    """§5 format 5: coffer.diriv = IV ‖ tag of its place ‖ tag of its place before its last rename."""
+    return iv + tag + previous
+
+
 def final_block(k_content: bytes, file_id: bytes, index: int, nonce: bytes, plaintext: bytes) -> bytes:
     """§4 format 4: the final block holds 0…4095 bytes, sealed as any block."""
     assert 0 <= len(plaintext) < BLOCK_SIZE
@@ -506,6 +518,11 @@ def main() -> int:
     check("place_tag", tag.hex())
     check("place_tag_linked", linked_tag(keys[SUBKEY_PLACE], FILE_ID).hex())
     check("content_file_header_v2", content_header_v2(FILE_ID, tag).hex())
+    # §5 format 5: a directory's IV file bound to its place
+    dir_tag = directory_tag(keys[SUBKEY_PLACE], DIR_IV, seq(0xE0, 0xEF), b"docs")
+    check("dir_tag", dir_tag.hex())
+    check("dir_tag_root", directory_tag(keys[SUBKEY_PLACE], DIR_IV, b"", b"").hex())
+    check("diriv_file_v5", directory_iv_file(DIR_IV, dir_tag).hex())
     check("content_final_block_1_empty", final_block(keys[SUBKEY_CONTENT], FILE_ID, 1, BLOCK_NONCE, b"").hex())
     check("content_block_3_aes256gcm",
           content_block_aes(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
