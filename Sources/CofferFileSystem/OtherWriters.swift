@@ -177,8 +177,10 @@ extension PlainFileSystem {
         if backing.hasPrefix(NameTransform.longNamePrefix) && backing.hasSuffix(NameTransform.sidecarSuffix) {
             backing.removeLast(NameTransform.sidecarSuffix.count)
         }
+        // Decoded as lookup and listing decode it (under an alternate IV too). A name that
+        // does not decode names nothing the kernel can hold; a locked mount, the same.
         let name = try? withKeys(activity: false) { keys -> [UInt8]? in
-            try keys.codecs.names.plaintextName(ofBacking: backing, dirIV: try directoryIV(dir, keys: keys), in: dir.fd)
+            try names(of: dir, keys: keys).decode(backing, in: dir.fd)?.name
         }
         if let name { hooks.invalidate(name, in: dirID) }
     }

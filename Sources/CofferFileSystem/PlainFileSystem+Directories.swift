@@ -52,19 +52,14 @@ extension PlainFileSystem {
     private func load(_ directory: OpenDirectory, keys: Keys) throws {
         let node = directory.node
         // ".." gets a placeholder inode number: 0 would make readdir(3) skip it.
-        let iv = try directoryIV(node, keys: keys)
+        let names = try self.names(of: node, keys: keys)
         var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
                        ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         for backing in try Sys.readDirectory(node.fd) {
             do {
-                guard let name = try keys.codecs.names.plaintextName(ofBacking: backing.name, dirIV: iv, in: node.fd) else { continue }
-                entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
+                guard let decoded = try names.decode(backing.name, in: node.fd) else { continue }
+                entries.append(ListedEntry(name: decoded.name, ino: backing.ino, type: backing.type, backingName: backing.name))
             } catch {
-                // A name made on another machine under the IV it gave the directory.
-                if let name = plaintextNameUnderAlternateIVs(backing.name, in: node, keys: keys) {
-                    entries.append(ListedEntry(name: name, ino: backing.ino, type: backing.type, backingName: backing.name))
-                    continue
-                }
                 logger.error("damage: in \(node.plaintextPath): \(error); entry hidden")
             }
         }

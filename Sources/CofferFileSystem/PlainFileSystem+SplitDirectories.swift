@@ -9,23 +9,12 @@ import Foundation
 import Glibc
 
 extension PlainFileSystem {
-    /// The plaintext name of backing entry `backing` of `dir` under an alternate IV, if
-    /// one decrypts it (nil if none does, or the directory has no alternate IV).
-    func plaintextNameUnderAlternateIVs(_ backing: String, in dir: Node, keys: Keys) -> [UInt8]? {
-        guard let alternates = try? alternateIVs(dir, keys: keys) else { return nil }
-        for alternate in alternates {
-            if let name = try? keys.codecs.names.plaintextName(ofBacking: backing, dirIV: alternate.iv, in: dir.fd) { return name }
-        }
-        return nil
-    }
-
-    /// The existing backing entry of plaintext `name` under an alternate IV of `dir`.
-    func backingNameUnderAlternateIVs(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
-        for alternate in try alternateIVs(dir, keys: keys) {
-            let backing = try keys.codecs.names.backingName(for: name, dirIV: alternate.iv)
-            if exists(backing.name, in: dir) { return backing }
-        }
-        return nil
+    /// How names decode in `dir` (DirectoryNames): its own IV, and those of the conflict
+    /// copies of its IV file made for it.
+    func names(of dir: Node, keys: Keys) throws -> DirectoryNames {
+        let own = try directoryIV(dir, keys: keys)
+        let alternates = ((try? alternateIVs(dir, keys: keys)) ?? []).map { DirectoryNames.Alternate(fileName: $0.name, iv: $0.iv) }
+        return DirectoryNames(keys.codecs.names, own: own, alternates: alternates)
     }
 
     /// Settles a directory with alternate IVs on its own IV: each entry whose name is
@@ -37,23 +26,22 @@ extension PlainFileSystem {
     /// " (1)" (" (2)", …) before its extension. Both machines settle the same way, so
     /// their sync engine sees the same renames. Called before a change in `dir`.
     func settleSplitDirectory(_ dir: Node, keys: Keys) throws {
-        guard dir.isDirectory, let alternates = try? alternateIVs(dir, keys: keys), !alternates.isEmpty else { return }
-        let iv = try directoryIV(dir, keys: keys)
+        guard dir.isDirectory, let split = try? names(of: dir, keys: keys), !split.alternates.isEmpty else { return }
+        let iv = split.own
         var renamed: [[UInt8]] = []
-        for alternate in alternates {
+        for alternate in split.alternates {
             var moved: [String] = []
             for entry in try Sys.readDirectory(dir.fd) where !NameTransform.isReserved(entry.name) {
-                // Entries already under the directory's IV stay.
-                if (try? keys.codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir.fd)) != nil { continue }
-                guard let name = try? keys.codecs.names.plaintextName(ofBacking: entry.name, dirIV: alternate.iv, in: dir.fd) else { continue }
-                let shown = try moveUnderDirectoryIV(entry.name, plaintext: name, in: dir, iv: iv, keys: keys)
+                // Entries already under the directory's IV stay, and so do those of other alternates (their turn comes).
+                guard let decoded = try? split.decode(entry.name, in: dir.fd), decoded.alternate == alternate.fileName else { continue }
+                let shown = try moveUnderDirectoryIV(entry.name, plaintext: decoded.name, in: dir, iv: iv, keys: keys)
                 moved.append(entry.name)
-                renamed.append(name)
-                if shown != name { renamed.append(shown) }
+                renamed.append(decoded.name)
+                if shown != decoded.name { renamed.append(shown) }
             }
             // Old long names' sidecars go last: a conflict copy of a long name reads the original's.
             for old in moved { NameTransform.removeSidecar(ofEntry: old, in: dir.fd) }
-            try Sys.unlink(alternate.name, in: dir.fd)
+            try Sys.unlink(alternate.fileName, in: dir.fd)
             logger.notice("settled a directory made on two machines (backing inode \(dir.ino)): its names are now all under one IV")
         }
         dir.setDirectoryIV(iv)  // and no alternates any more

@@ -331,7 +331,7 @@ public final class PlainFileSystem: Sendable {
             } catch let error as Errno where error.code == ENOENT {
                 // Not under this name: perhaps the name a sync engine's conflict copy is shown
                 // under, or a name made on another machine under the IV it gave the directory.
-                if let other = try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) {
+                if let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) {
                     return try enter(other.name, in: dir, plainName: name)
                 }
                 dir.rememberEntry(name)  // the kernel may cache the name as absent
@@ -412,16 +412,10 @@ public final class PlainFileSystem: Sendable {
     func existingEntry(_ name: [UInt8], in dir: Node, keys: Keys) throws -> (backing: BackingName, stat: stat?) {
         let backing = try backingName(name, in: dir, keys: keys)
         if let st = try? Sys.stat(backing.name, in: dir.fd) { return (backing, st) }
-        guard let other = try conflictCopyName(name, in: dir, keys: keys) ?? backingNameUnderAlternateIVs(name, in: dir, keys: keys) else {
+        guard let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) else {
             return (backing, nil)
         }
         return (other, try? Sys.stat(other.name, in: dir.fd))
-    }
-
-    /// The conflict copy in `dir` that plaintext `name` shows, if there is one.
-    func conflictCopyName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName? {
-        let iv = try directoryIV(dir, keys: keys)
-        return try keys.codecs.names.conflictCopyName(for: name, dirIV: iv) { exists($0, in: dir) }
     }
 
     func exists(_ backingName: String, in dir: Node) -> Bool {

@@ -216,6 +216,8 @@ public final class VaultChecker {
                 problem(path, "\(VaultError.directoryIVMisplaced(copy.name)); the names encrypted under it are not served", backingName: copy.name)
             }
         }
+        // Names made on the other machine are under the IV it gave the directory.
+        let names = DirectoryNames(codecs.names, own: iv, alternates: alternates.map { .init(fileName: $0.name, iv: $0.iv) })
         for entry in entries {
             if orphans.contains(entry.name) {
                 leftover(path, "orphan long-name sidecar, left by a crash (harmless)", backingName: entry.name) {
@@ -238,7 +240,7 @@ public final class VaultChecker {
             let name: [UInt8]
             let copy = ConflictName.parse(backingName: entry.name)
             do {
-                guard let decoded = try codecs.names.plaintextName(ofBacking: entry.name, dirIV: iv, in: dir) else {
+                guard let decoded = try names.decode(entry.name, in: dir)?.name else {
                     if misplaced.contains(entry.name) { continue }
                     if DirectoryIV.isConflictCopy(entry.name) {
                         conflict(path, "the directory was made on two machines: a sync engine's copy of its IV file, under which the other machine's names are encrypted (the mount serves both and settles the directory on one IV at its next change)", backingName: entry.name)
@@ -249,13 +251,8 @@ public final class VaultChecker {
                 }
                 name = decoded
             } catch {
-                // A name made on the other machine, under the IV it gave the directory.
-                let other = alternates.lazy.compactMap { try? self.codecs.names.plaintextName(ofBacking: entry.name, dirIV: $0.iv, in: dir) }.first
-                guard let other else {
-                    problem(path, "\(error)", backingName: entry.name)
-                    continue
-                }
-                name = other
+                problem(path, "\(error)", backingName: entry.name)
+                continue
             }
             let childPath = path + "/" + String(decoding: name, as: UTF8.self)
             let childPlaces = Place.candidates(shownAs: name, ivs: [iv] + alternates.map(\.iv), storedAsCopy: copy != nil)
