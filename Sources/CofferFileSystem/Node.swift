@@ -95,6 +95,9 @@ public final class Node: Sendable {
         }
     }
 
+    /// Whether the directory IV is cached (read, or made by this daemon).
+    var hasDirectoryIV: Bool { state.withLock { $0.cachedDirIV != nil } }
+
     /// The IVs of the IV file's conflict copies that `read` accepts, read once (one
     /// listing) and then cached.
     func alternateIVs(read: () throws -> [(name: String, iv: [UInt8])]) throws -> [(name: String, iv: [UInt8])] {

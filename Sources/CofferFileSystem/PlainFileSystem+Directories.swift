@@ -2,6 +2,7 @@
 // opendir (or rewind); readdirplus then enters entries by their backing names.
 import CofferCrypto
 import CofferSystem
+import CofferVault
 import Glibc
 import Logging
 
@@ -52,7 +53,15 @@ extension PlainFileSystem {
     private func load(_ directory: OpenDirectory, keys: Keys) throws {
         let node = directory.node
         // ".." gets a placeholder inode number: 0 would make readdir(3) skip it.
-        let names = try self.names(of: node, keys: keys)
+        let names: DirectoryNames
+        do {
+            names = try self.names(of: node, keys: keys)
+        } catch let error as Errno where error.code == ENOENT && DirectoryIV.isArriving(node.fd) {
+            // Arriving from a sync engine: nothing in it can be read until its IV file comes.
+            directory.entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
+                                 ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
+            return
+        }
         var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
                        ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         for backing in try Sys.readDirectory(node.fd) {

@@ -20,6 +20,7 @@ extension PlainFileSystem {
     /// Prepares a new name in `dir`: its backing name, with the long-name sidecar written.
     /// A directory made on two machines is settled on one IV first.
     func newName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> NewName {
+        try giveIVIfArriving(dir, keys: keys)
         try settleSplitDirectory(dir, keys: keys)
         let backing = try backingName(name, in: dir, keys: keys)
         return NewName(backing: backing, createdSidecar: try NameTransform.writeSidecar(backing, in: dir.fd))

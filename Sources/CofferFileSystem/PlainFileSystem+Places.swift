@@ -49,11 +49,19 @@ extension PlainFileSystem {
 
     /// The IV of directory `dir`, read once and from format 5 checked against the
     /// directory's place. A damaged IV file, or one that belongs to another directory, is
-    /// EIO and a log line naming the directory, whichever operation meets it.
+    /// EIO and a log line naming the directory, whichever operation meets it. A directory
+    /// that is arriving from a sync engine without its IV file yet (DirectoryIV.isArriving)
+    /// holds no name that can be read yet: ENOENT, and no damage line.
     func directoryIV(_ dir: Node, keys: Keys) throws -> [UInt8] {
         try reportingDamage(dir) {
             try dir.directoryIV { last in
-                let record = try DirectoryIV.read(in: dir.fd, bound: bindsDirectories)
+                let record: DirectoryIV.Record
+                do {
+                    record = try DirectoryIV.read(in: dir.fd, bound: bindsDirectories)
+                } catch let error as VaultError {
+                    guard dir !== nodes.root, DirectoryIV.isArriving(dir.fd) else { throw error }
+                    throw Errno(ENOENT, "a directory arriving from another program has no IV file yet")
+                }
                 // An IV this node was already checked with is its own.
                 guard bindsDirectories, record.iv != last else { return record.iv }
                 guard let fits = try fitsPlace(record, of: dir, keys: keys) else {
@@ -62,6 +70,26 @@ extension PlainFileSystem {
                 guard fits else { throw VaultError.directoryIVMisplaced(DirectoryIV.fileName) }
                 return record.iv
             }
+        }
+    }
+
+    /// Gives directory `dir` an IV file of its own if it is arriving (DirectoryIV.isArriving)
+    /// and an entry is about to be made in it: bound to its place, so that when the sync
+    /// engine brings the IV file the other machine made, the two are a directory made on
+    /// two machines (the engine keeps one as a conflict copy; PlainFileSystem+
+    /// SplitDirectories serves both and settles them).
+    func giveIVIfArriving(_ dir: Node, keys: Keys) throws {
+        guard !dir.hasDirectoryIV, dir !== nodes.root, DirectoryIV.isArriving(dir.fd), let (parent, name) = dir.entry else { return }
+        let parentIV = try directoryIV(parent, keys: keys)
+        let places = keys.set.places
+        do {
+            try DirectoryIV.create(in: dir.fd, tag: !bindsDirectories ? nil : {
+                try places.directoryTag(iv: $0, parentIV: parentIV, name: name)
+            })
+            logger.notice("gave a directory that another program is still filling (backing inode \(dir.ino)) an IV of its own, to make an entry in it; the IV it arrives with will be settled beside it")
+            dir.forgetDirectoryIV()  // read (and checked) anew, with any conflict copy beside it
+        } catch let error as Errno where error.code == EEXIST {
+            return  // it has just arrived
         }
     }
 

@@ -325,16 +325,20 @@ public final class PlainFileSystem: Sendable {
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let backing = try backingName(name, in: dir, keys: keys)
             do {
-                return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
-            } catch let error as Errno where error.code == ENOENT {
-                // Not under this name: perhaps the name a sync engine's conflict copy is shown
-                // under, or a name made on another machine under the IV it gave the directory.
-                if let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) {
+                let backing = try backingName(name, in: dir, keys: keys)
+                do {
+                    return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
+                } catch let error as Errno where error.code == ENOENT {
+                    // Not under this name: perhaps the name a sync engine's conflict copy is shown
+                    // under, or a name made on another machine under the IV it gave the directory.
+                    guard let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) else {
+                        throw error
+                    }
                     return try enter(other.name, in: dir, plainName: name)
                 }
-                dir.rememberEntry(name)  // the kernel may cache the name as absent
+            } catch let error as Errno where error.code == ENOENT {
+                dir.rememberEntry(name)  // the kernel may cache the name as absent (or not yet arrived)
                 throw error
             }
         }

@@ -12,6 +12,14 @@ public enum DirectoryIV {
     public static let fileName = "coffer.diriv"
     /// Prefix of a backing directory on its way in (mkdir) or out (rmdir).
     public static let temporaryPrefix = ".coffer.dir."
+    /// Seconds since its last change during which a directory without its IV file is
+    /// taken to be arriving from a sync engine rather than damaged. Syncthing makes a
+    /// directory before it pulls the files in it, the IV file among them, in any order;
+    /// each file it adds changes the directory, so a directory still being filled stays
+    /// young. One that has not changed for a minute and still has no IV file is damaged.
+    /// (The environment variable COFFER_ARRIVAL_WINDOW sets other seconds, for tests: a
+    /// directory's change time cannot be set back.)
+    public static let arrivalWindow: Int = getenv("COFFER_ARRIVAL_WINDOW").flatMap { Int(String(cString: $0)) } ?? 60
 
     /// An IV file as read: the IV, and from format 5 its tags — the tag of its place and
     /// the tag of the place it had before its last rename (zeros for a directory never
@@ -98,6 +106,19 @@ public enum DirectoryIV {
             try? Sys.unlink(fileName, in: dir)
             throw error
         }
+    }
+
+    /// Whether backing directory `dir` is arriving: it has no IV file, or one still being
+    /// written (shorter than an IV file is), and it changed within `arrivalWindow`
+    /// seconds (the sync engine that made it is still filling it). Coffer never makes a
+    /// directory without its IV (mkdir renames it into place with its IV file in it), so
+    /// only another program's directory can be arriving.
+    public static func isArriving(_ dir: Int32) -> Bool {
+        if let file = try? Sys.stat(fileName, in: dir),
+           file.st_mode & S_IFMT != S_IFREG || file.st_size >= fileSize(bound: false) { return false }
+        guard let st = try? Sys.stat(dir) else { return false }
+        let changed = max(st.st_mtim.tv_sec, st.st_ctim.tv_sec, (try? Sys.stat(fileName, in: dir).st_mtim.tv_sec) ?? 0)
+        return time(nil) - changed < arrivalWindow
     }
 
     /// Whether backing entry `name` is a sync engine's conflict copy of the IV file: the

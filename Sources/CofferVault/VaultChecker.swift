@@ -16,9 +16,12 @@ public struct VaultProblem: CustomStringConvertible {
     public let isLeftover: Bool
     /// A sync engine's conflict copy: no damage, shown under its own name (ConflictName).
     public var isConflict = false
+    /// A directory a sync engine is still filling, its IV file not there yet
+    /// (DirectoryIV.isArriving): no damage, nothing to repair; check again later.
+    public var isArriving = false
 
-    /// The line's label: "damaged", "leftover" or "conflict".
-    public var kind: String { isConflict ? "conflict" : isLeftover ? "leftover" : "damaged" }
+    /// The line's label: "damaged", "leftover", "conflict" or "arriving".
+    public var kind: String { isArriving ? "arriving" : isConflict ? "conflict" : isLeftover ? "leftover" : "damaged" }
 
     public var description: String {
         backingName.map { "\(path == "/" ? "" : path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
@@ -38,6 +41,8 @@ public struct VaultCheckSummary {
     public var repaired = 0
     /// Sync engines' conflict copies found (left as they are).
     public var conflicts = 0
+    /// Directories still arriving from a sync engine (not checked).
+    public var arriving = 0
 }
 
 public final class VaultChecker {
@@ -188,6 +193,12 @@ public final class VaultChecker {
             }
             iv = record.iv
         } catch {
+            if dir != root, DirectoryIV.isArriving(dir) {
+                summary.arriving += 1
+                var line = VaultProblem(path: path, backingName: nil, what: "a directory another program is still filling: its IV file has not come yet, so nothing in it can be checked (check again once the sync is done)", isLeftover: false)
+                line.isArriving = true
+                return report(line)
+            }
             guard repair else {
                 return problem(path, "\(error); names in it cannot be read (fsck --repair gives it a new IV and moves its entries to /\(Self.lostAndFound))")
             }

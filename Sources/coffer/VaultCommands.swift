@@ -146,7 +146,8 @@ struct FsckCommand: ParsableCommand {
             let leftovers = summary.leftovers == 0 ? "" : "; \(summary.leftovers) harmless leftover\(summary.leftovers == 1 ? "" : "s") of a crash\(repair ? " repaired" : " (coffer fsck --repair removes them)")"
             let repaired = summary.repaired == 0 ? "" : "; \(summary.repaired) damaged director\(summary.repaired == 1 ? "y" : "ies") repaired (see above)"
             let conflicts = summary.conflicts == 0 ? "" : "; \(summary.conflicts) conflict cop\(summary.conflicts == 1 ? "y" : "ies") of a sync engine (each listed; rename or delete them as any file)"
-            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)")
+            let arriving = summary.arriving == 0 ? "" : "; \(summary.arriving) director\(summary.arriving == 1 ? "y" : "ies") still arriving from a sync engine, not checked"
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)\(arriving)")
             // Every record a crash could need was applied or found unneeded.
             if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
             if summary.problems > 0 {

@@ -251,7 +251,10 @@ final class DurabilityTests: EndToEndCase {
     /// unusable. A directory whose IV is lost gets a new one, and its entries — names
     /// unreadable, contents intact — go to /lost+found as #INODE, as e2fsck does.
     func testRepairGivesADirectoryThatLostItsIVANewOneAndMovesItsEntriesToLostAndFound() throws {
-        let vault = mountedVault()
+        // The directory lost its IV seconds after it was made: not one still arriving.
+        let vault = MountedVault(scratch: scratch)
+        vault.environment = ["COFFER_ARRIVAL_WINDOW": "0"]
+        vault.mount()
         assertOK(vault.sh("mkdir -p d/sub && echo kept > d/x && echo deeper > d/sub/y && echo other > z"), "files")
         let d = vault.backingPath(of: "d")
         vault.unmount()

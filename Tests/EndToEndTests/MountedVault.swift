@@ -12,6 +12,11 @@ final class MountedVault {
     /// This machine's state directory for the vault (--state-dir): in the scratch
     /// directory unless a test puts it elsewhere (on a disk whose power it cuts).
     var stateDir: String
+    /// Variables added to the environment of `coffer mount` (the daemon) and `coffer fsck`.
+    var environment: [String: String] = [:]
+    private var mergedEnvironment: [String: String]? {
+        environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
 
     /// A new vault in `cipherdir` (by default a directory of the scratch directory).
     init(scratch: Scratch, name: String = "vault", cipherdir: String? = nil, initOptions: [String] = []) {
@@ -29,7 +34,7 @@ final class MountedVault {
     @discardableResult
     func mount(_ extra: [String] = []) -> Outcome {
         let r = Harness.run([Harness.coffer, "mount", "--passfile", passfile, "--log-file", logFile, "--state-dir", stateDir]
-                            + extra + [cipherdir, mountpoint])
+                            + extra + [cipherdir, mountpoint], environment: mergedEnvironment)
         XCTAssertEqual(r.status, 0, "mount: \(r.stderr)")
         return r
     }
@@ -71,7 +76,8 @@ final class MountedVault {
 
     /// `coffer fsck` of the vault (unmounted), with `extra` options.
     func fsck(_ extra: [String] = []) -> Outcome {
-        Harness.run([Harness.coffer, "fsck", "--passfile", passfile, "--state-dir", stateDir] + extra + [cipherdir])
+        Harness.run([Harness.coffer, "fsck", "--passfile", passfile, "--state-dir", stateDir] + extra + [cipherdir],
+                    environment: mergedEnvironment)
     }
 
     /// The backing path of mount entry `name` (while mounted): found by its inode number,

@@ -150,6 +150,71 @@ final class OtherWritersTests: EndToEndCase {
             """), "rename, list, rm -rf")
     }
 
+    /// Issue 37, item 1: a directory another program makes before the files in it, its
+    /// IV file among them and last (as Syncthing may pull them), is served as empty until
+    /// the IV file comes — no EIO, no damage line while a reader lists and reads it in a
+    /// loop — and then whole. An entry made in it meanwhile gives it an IV of its own,
+    /// and the one that arrives (kept by the engine as a conflict copy) is served beside
+    /// it. A directory left without its IV file past the arrival window is damage, as
+    /// before; fsck says which directories are still arriving.
+    func testADirectoryArrivingBeforeItsIVIsServedEmptyUntilTheIVComes() {
+        // A short arrival window for the daemon and fsck: a directory's change time
+        // cannot be set back to make one stale.
+        let vault = MountedVault(scratch: scratch)
+        vault.environment = ["COFFER_ARRIVAL_WINDOW": "4"]
+        vault.mount()
+        let marker = ".sync-conflict-20261126-000000-ABCDEFG"
+        assertOK(vault.sh(helpers + """
+            mkdir src; for i in $(seq 30); do echo "file $i" > src/f$i; done
+            bs=$(backing src); mv "$C/$bs" "$C/../incoming"
+            soon '[ ! -e src ]'
+            mkdir "$C/$bs"                                        # the directory comes first
+            soon '[ -d src ]'
+            : > "$C/../errs"
+            ( while [ ! -e "$C/../stop" ]; do
+                ls src > /dev/null 2>> "$C/../errs" || true
+                for f in $(ls src 2>/dev/null); do cat "src/$f" > /dev/null 2>> "$C/../errs" || true; done
+              done ) &
+            for f in "$C/../incoming"/*; do
+              n=$(basename "$f"); [ "$n" = coffer.diriv ] || { cp "$f" "$C/$bs/.tmp" && mv "$C/$bs/.tmp" "$C/$bs/$n"; }; sleep 0.01
+            done
+            [ -z "$(ls src)" ] || { echo "names shown before the IV file came"; ls src; exit 1; }
+            cp "$C/../incoming/coffer.diriv" "$C/$bs/.tmp" && mv "$C/$bs/.tmp" "$C/$bs/coffer.diriv"   # the IV file last
+            soon '[ "$(ls src | wc -l)" = 30 ]' || { ls src; exit 1; }
+            [ "$(cat src/f7)" = "file 7" ]
+            touch "$C/../stop"; wait
+            [ ! -s "$C/../errs" ] || { echo "errors while the directory arrived:"; cat "$C/../errs"; exit 1; }
+            rm -rf "$C/../incoming" "$C/../errs" "$C/../stop"
+
+            mkdir two; echo 'made there' > two/theirs; bt=$(backing two); mv "$C/$bt" "$C/../there"
+            soon '[ ! -e two ]'
+            mkdir "$C/$bt"; soon '[ -d two ]'
+            echo 'made here' > two/mine                           # made while the directory arrives
+            mv "$C/../there/coffer.diriv" "$C/$bt/coffer\(marker).diriv"
+            mv "$C/../there"/* "$C/$bt/"; rmdir "$C/../there"
+            soon '[ "$(ls two | tr "\\n" " ")" = "mine theirs " ]' || { ls two; exit 1; }
+            [ "$(cat two/theirs) $(cat two/mine)" = "made there made here" ]
+
+            mkdir stale; bo=$(backing stale); rm "$C/$bo/coffer.diriv"
+            sleep 4.5                                             # past the arrival window
+            mkdir young; by=$(backing young); rm "$C/$by/coffer.diriv"
+            case "$(ls stale 2>&1 || true)" in *'Input/output error'*) ;; *) echo "a directory without its IV past the window is not damage"; exit 1 ;; esac
+            [ -z "$(ls young)" ]
+            """), "arriving directories")
+        let young = vault.backingPath(of: "young")
+        XCTAssertFalse(vault.log.contains("damage: /src"), vault.log)
+        XCTAssertFalse(vault.log.contains("damage: /two"), vault.log)
+        XCTAssertFalse(vault.log.contains("damage: /young"), vault.log)
+        XCTAssertTrue(vault.log.contains("damage: /stale"), vault.log)
+        vault.unmount()
+        assertOK(Harness.sh("touch '\(young)'"), "still arriving")
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+        XCTAssertTrue(fsck.stdout.contains("damaged: /stale: directory IV damaged: coffer.diriv is missing"), fsck.stdout)
+        XCTAssertTrue(fsck.stdout.contains("arriving: /young: a directory another program is still filling"), fsck.stdout)
+        XCTAssertTrue(fsck.stdout.contains("1 directory still arriving"), fsck.stdout)
+    }
+
     func testADirectoryMadeOnTwoMachinesKeepsEveryFileAndSettlesOnOneIV() {
         let vault = mountedVault()
         let marker = ".sync-conflict-20261123-101500-ABCDEFG"
