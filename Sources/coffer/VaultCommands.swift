@@ -168,7 +168,8 @@ struct WipeCommand: ParsableCommand {
             Asks you to type the vault directory's name unless --yes. Every copy of the key \
             slots (coffer.conf, its temp and conflict copies) is overwritten and removed; \
             what else is found under their names is left alone and named. Every running \
-            daemon of the vault is locked for good, or ended; one that can be neither is named and the exit status is 39. A copy that could not be \
+            daemon of the vault is locked for good, or ended (SIGTERM, then SIGKILL); one that \
+            can be neither is named and the exit status is 39. A copy that could not be \
             overwritten (another hard link to it, not yours to write) is named and the exit \
             status is 47.
             """)
@@ -215,12 +216,12 @@ struct WipeCommand: ParsableCommand {
             // The key slots first, so that no daemon can be unlocked again after the lock.
             let destroyed = Result { try Vault.destroyKeySlots(in: root.rawValue, includingConfig: true) }
             // Every live daemon of this vault, found by the vault itself (whatever its
-            // fsname, socket or owner), is locked or ended, whatever happened above.
+            // fsname, socket, owner or binary), is locked or ended, whatever happened above.
             var unreachable: [String] = []
             for daemon in LiveDaemons.serving(root.rawValue) {
-                let locked = daemon.socket.flatMap { try? ControlClient.send(ControlRequest(op: .lock), to: $0) }?.ok ?? false
-                if locked || LiveDaemons.end(daemon.pid) { continue }
-                unreachable.append("pid \(daemon.pid)\(daemon.socket.map { " (socket \($0))" } ?? "")")
+                guard case .unreachable(let why) = LiveDaemons.silence(daemon) else { continue }
+                unreachable.append("pid \(daemon.pid)" + (daemon.uid.map { " (uid \($0))" } ?? "")
+                                   + (daemon.socket.map { ", socket \($0)" } ?? "") + ": " + why)
             }
             let daemons = unreachable.isEmpty ? "" : "; could not lock or end the daemon(s) still serving the vault: \(unreachable.joined(separator: "; ")); end them as their owner or as root"
             let report: KeySlotReport

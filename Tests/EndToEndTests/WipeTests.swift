@@ -1,6 +1,6 @@
-// End-to-end: `coffer wipe` and `coffer passwd` against what issue 39 found — entries
-// planted under the names of the config's copies, and a symlink or hard link raced in
-// under them.
+// End-to-end: `coffer wipe` and `coffer passwd` against what issue 39 found — a daemon
+// whose binary was upgraded, another user's daemon, a stopped daemon, entries planted
+// under the names of the config's copies, and a symlink or hard link raced in under them.
 import Foundation
 import Glibc
 import XCTest
@@ -24,6 +24,109 @@ final class WipeTests: EndToEndCase {
         let path = scratch.file("victim", "the victim's own bytes\n")
         chmod(path, 0o644)
         return path
+    }
+
+    // MARK: 1. A daemon whose binary was upgraded
+
+    /// The daemon runs a binary that `install` replaced since: its /proc/PID/exe reads
+    /// "… (deleted)". The wipe still finds it, and the mount ends up locked or ended.
+    func testAWipeReachesADaemonWhoseBinaryWasReplaced() {
+        let vault = MountedVault(scratch: scratch)
+        let bin = scratch.mkdir("bin")
+        assertOK(Harness.sh("cp '\(Harness.coffer)' '\(bin)/coffer'"), "copy the binary")
+        let mount = Harness.run([bin + "/coffer", "mount", "--passfile", vault.passfile, "--log-file", vault.logFile,
+                                 "--state-dir", vault.stateDir, vault.cipherdir, vault.mountpoint])
+        assertOK(mount, "mount with the copy")
+        assertOK(vault.sh("echo secret > f"), "write")
+        // An upgrade: the new binary is written beside the old one and renamed over it.
+        assertOK(Harness.sh("cp '\(bin)/coffer' '\(bin)/coffer.new' && mv '\(bin)/coffer.new' '\(bin)/coffer'"), "upgrade")
+        let pid = vault.daemonPID ?? 0
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")) ?? ""
+        XCTAssertTrue(exe.hasSuffix(" (deleted)"), "the daemon's binary should read as deleted: \(exe)")
+        let wipe = coffer(["wipe", "--yes", vault.cipherdir])
+        XCTAssertEqual(wipe.status, 0, wipe.stderr)
+        XCTAssertFalse(serves(vault), "the upgraded daemon still serves plaintext after the wipe")
+    }
+
+    // MARK: 2. Another user's daemon of a group-writable vault
+
+    /// Runs `script` with bash as uid `uid`, group `gid`, in `dir`, HOME there too.
+    func runAs(_ uid: Int, _ gid: Int, in dir: String, _ script: String) -> Outcome {
+        Harness.run(["setpriv", "--reuid", String(uid), "--regid", String(gid), "--clear-groups", "--",
+                     "env", "-u", "XDG_RUNTIME_DIR", "HOME=" + dir, "/bin/bash", "-euo", "pipefail", "-c",
+                     "cd '\(dir)'; " + script])
+    }
+
+    /// User A made the vault and shares it with group G; user B (nobody: fusermount3
+    /// wants a user name), also in G, mounts it. A's wipe destroys the key slots but can
+    /// neither lock nor signal B's daemon: it names it (pid and owner) and exits 39, never 0.
+    func testAWipeNamesAnotherUsersDaemonItCannotReach() {
+        let (a, b, group) = (64101, 65534, 64100)
+        assertOK(Harness.sh("chmod 755 '\(scratch.path)'"), "prepare")
+        let shared = scratch.mkdir("shared"), homeA = scratch.mkdir("a"), homeB = scratch.mkdir("b")
+        assertOK(Harness.sh("""
+            chown \(a):\(group) '\(shared)' && chmod 2770 '\(shared)'
+            chown \(a):\(group) '\(homeA)' && chown \(b):\(group) '\(homeB)' && chmod 700 '\(homeA)' '\(homeB)'
+            """), "prepare")
+        assertOK(runAs(a, group, in: homeA, """
+            umask 007; echo pass > '\(homeA)/p' && mkdir '\(shared)/v'
+            \(Harness.coffer) init --kdf-ops 2 --kdf-memory 64 --passfile p '\(shared)/v' > /dev/null
+            chmod 440 '\(shared)/v/coffer.conf' '\(shared)/v/coffer.diriv'
+            """), "A's vault")
+        assertOK(runAs(b, group, in: homeB, """
+            umask 007; echo pass > p && mkdir m
+            \(Harness.coffer) mount --passfile p --socket '\(homeB)/s' '\(shared)/v' m && echo secret > m/f
+            """), "B's mount")
+        // B's daemon: the process of B's that holds the vault's claim.
+        let pid = Harness.sh("grep -l -- '\(shared)/v' /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 | while read p; do [ \"$(stat -c %u /proc/$p)\" = \(b) ] && echo $p; done | head -1")
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        addTeardownBlock {
+            if let daemon = Int32(pid) { kill(daemon, SIGKILL) }
+            Harness.run(["fusermount3", "-u", "-z", homeB + "/m"])
+        }
+        XCTAssertFalse(pid.isEmpty, "B's daemon not found")
+        let wipe = runAs(a, group, in: homeA, "\(Harness.coffer) wipe --yes '\(shared)/v'")
+        XCTAssertEqual(wipe.status, 39, "A's wipe of a vault B serves: \(wipe.stdout) \(wipe.stderr)")
+        XCTAssertTrue(wipe.stderr.contains("pid \(pid)"), "the daemon is named: \(wipe.stderr)")
+        XCTAssertTrue(wipe.stderr.contains("uid \(b)"), "its owner is named: \(wipe.stderr)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shared + "/v/coffer.conf"), "the key slots are destroyed")
+    }
+
+    /// An ordinary user's wipe of their own mounted vault: the daemon is not dumpable, so
+    /// its descriptors cannot be read even by its owner; its claim finds it, and it is
+    /// ended (the mount serves nothing afterwards).
+    func testAUsersWipeReachesTheirOwnDaemon() {
+        assertOK(Harness.sh("chmod 755 '\(scratch.path)'"), "prepare")
+        let home = scratch.mkdir("own")
+        assertOK(Harness.sh("chown nobody: '\(home)'"), "prepare")
+        assertOK(runAs(65534, 65534, in: home, """
+            echo pass > p && mkdir v m && \(Harness.coffer) init --kdf-ops 2 --kdf-memory 64 --passfile p v > /dev/null
+            \(Harness.coffer) mount --passfile p --socket '\(home)/s' v m && echo secret > m/f
+            """), "nobody's mount")
+        addTeardownBlock { Harness.run(["fusermount3", "-u", "-z", home + "/m"]) }
+        let wipe = runAs(65534, 65534, in: home, "\(Harness.coffer) wipe --yes v")
+        XCTAssertEqual(wipe.status, 0, wipe.stderr)
+        let after = runAs(65534, 65534, in: home, "timeout 10 cat m/f")
+        XCTAssertNotEqual(after.status, 0, "the owner's daemon still serves plaintext after the owner's wipe")
+    }
+
+    // MARK: A stopped daemon
+
+    /// A daemon stopped with SIGSTOP cannot answer its socket: the wipe does not wait
+    /// for it but ends it within seconds, and the mount serves nothing afterwards.
+    func testAWipeEndsAStoppedDaemonWithinSeconds() {
+        let vault = mountedVault()
+        assertOK(vault.sh("echo secret > f"), "write")
+        guard let pid = vault.daemonPID else { return XCTFail("no daemon pid") }
+        addTeardownBlock { kill(pid, SIGKILL) }
+        kill(pid, SIGSTOP)
+        let start = Date()
+        let wipe = coffer(["wipe", "--yes", vault.cipherdir], timeout: 60)
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(wipe.status, 0, wipe.stderr)
+        XCTAssertLessThan(elapsed, 10, "a stopped daemon held the wipe up")
+        XCTAssertNil(LiveProcess.startTime(pid), "the stopped daemon is still there")
+        XCTAssertFalse(serves(vault), "plaintext served after the wipe")
     }
 
     // MARK: 3. Planted names
@@ -199,5 +302,17 @@ final class WipeTests: EndToEndCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: vault.cipherdir + "/coffer.conf"), "the key slots stay")
         XCTAssertEqual(fingerprint(target), before, "the linked file was changed")
         XCTAssertFalse(serves(vault), "plaintext served after the wipe")
+    }
+}
+
+/// Process facts the tests read from /proc.
+enum LiveProcess {
+    /// Field 22 of /proc/PID/stat for a live process; nil once it is gone or a zombie.
+    static func startTime(_ pid: Int32) -> String? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.range(of: ") ", options: .backwards) else { return nil }
+        let fields = stat[end.upperBound...].split(separator: " ")
+        guard fields.count > 19, fields[0] != "Z" else { return nil }
+        return String(fields[19])
     }
 }
