@@ -46,6 +46,8 @@ final class WipeTests: EndToEndCase {
         let wipe = coffer(["wipe", "--yes", vault.cipherdir])
         XCTAssertEqual(wipe.status, 0, wipe.stderr)
         XCTAssertFalse(serves(vault), "the upgraded daemon still serves plaintext after the wipe")
+        // The daemon ends before the scratch directory goes (it removes its state on the way out).
+        if vault.isMounted { vault.unmount() }
     }
 
     // MARK: 2. Another user's daemon of a group-writable vault
@@ -192,6 +194,8 @@ final class WipeTests: EndToEndCase {
         XCTAssertTrue(wipe.stderr.contains("not a regular file"), wipe.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: vault.cipherdir + "/" + copy), "the conflict copy survived")
         XCTAssertFalse(serves(vault), "plaintext served after the wipe")
+        // The daemon ends before the scratch directory goes (it removes its state on the way out).
+        if vault.isMounted { vault.unmount() }
     }
 
     /// passwd meets the same planted entries, and directories planted under every temp
@@ -302,6 +306,8 @@ final class WipeTests: EndToEndCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: vault.cipherdir + "/coffer.conf"), "the key slots stay")
         XCTAssertEqual(fingerprint(target), before, "the linked file was changed")
         XCTAssertFalse(serves(vault), "plaintext served after the wipe")
+        // The daemon ends before the scratch directory goes (it removes its state on the way out).
+        if vault.isMounted { vault.unmount() }
     }
 }
 
