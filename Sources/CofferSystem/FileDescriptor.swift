@@ -44,6 +44,13 @@ public struct FileDescriptor: ~Copyable, Sendable {
         try FileDescriptor.open(".", in: rawValue, flags: flags | O_DIRECTORY)
     }
 
+    /// A new descriptor, opened with `flags`, of the inode this one names (typically an
+    /// O_PATH descriptor), through /proc/self/fd: whatever has been renamed or swapped in
+    /// at its name since, this reaches the same inode.
+    public borrowing func reopen(flags: Int32) throws -> FileDescriptor {
+        try FileDescriptor.open(Sys.procPath(rawValue), flags: flags)
+    }
+
     /// Opens a backing file that coffer reads itself (config, directory IV, long-name
     /// sidecar, journal, content file during fsck): CIPHERDIR may be hostile, so the open
     /// never follows a symlink and never blocks (O_NONBLOCK: a FIFO would wait for a

@@ -1,6 +1,6 @@
 // ProcessCalls wraps what the command line and the control socket need of processes and
 // streams: waiting for a child and reading its wait status, spawning in a new session,
-// the dumpable flag, a socket peer's credentials, and reads, polls and accepts with
+// signals, the dumpable flag, a socket peer's credentials, and reads, polls and accepts with
 // EINTR retried here (the one place, with `retryOnInterrupt`).
 import CLinux
 import Glibc
@@ -42,6 +42,11 @@ extension Sys {
         var status: Int32 = 0
         guard let ended = try? retryOnInterrupt("waitpid", { waitpid(pid, &status, WNOHANG) }), ended > 0 else { return nil }
         return WaitStatus(status)
+    }
+
+    /// kill(2): sends `signal` to process `pid` (EPERM: not ours to signal).
+    public static func signal(_ pid: pid_t, _ signal: Int32) throws {
+        try retryOnInterrupt("kill") { Glibc.kill(pid, signal) }
     }
 
     /// prctl(PR_SET_DUMPABLE): whether the process may be dumped or ptraced by its user.

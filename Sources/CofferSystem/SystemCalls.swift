@@ -70,6 +70,14 @@ public enum Sys {
         return st
     }
 
+    /// stat(2) of `path`, following symlinks: for /proc's links (/proc/PID/fd/N), which
+    /// lead to what the descriptor names. Never for a path in CIPHERDIR.
+    public static func stat(following path: String) throws -> stat {
+        var st = Glibc.stat()
+        try retryOnInterrupt("stat") { Glibc.fstatat(AT_FDCWD, path, &st, 0) }
+        return st
+    }
+
     /// pread(2) until `buffer` is full or end of file; returns the bytes read.
     public static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         var done = 0

@@ -197,7 +197,10 @@ public final class Vault: Sendable {
 
     /// Re-wraps the passphrase slot under `newPassphrase` and replaces the config
     /// atomically. Content is not re-encrypted; the recovery slot is kept as it is.
-    public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes) throws {
+    /// Returns what became of the stale copies of the config (destroyed, or odd entries
+    /// under their names, which do not stop it).
+    @discardableResult
+    public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes) throws -> KeySlotReport {
         let config = self.config
         let salt = try Base64URL.decode(config.kdf.salt)
         let key = try PassphraseKDF.deriveKey(passphrase: newPassphrase, salt: salt, parameters: config.kdf.parameters)
@@ -208,8 +211,9 @@ public final class Vault: Sendable {
                 ? Vault.wrap(master, with: key, kind: VaultConfig.passphraseSlot, config: config) : $0
         }
         // A copy left by an interrupted passwd opens with the passphrase it was made for.
-        try removeStaleConfigCopies()
+        let report = try removeStaleConfigCopies()
         try updated.save(in: root.rawValue)
         currentConfig.withLock { $0 = updated }
+        return report
     }
 }

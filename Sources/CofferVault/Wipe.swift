@@ -1,48 +1,179 @@
-// Wipe crypto-erases a vault: every copy of the key slots (the config and any temp copy
-// an interrupted passwd left) is overwritten in place with random bytes, synced, and
-// removed. Without a slot, no secret can recover the master key, so every file left in
-// the backing directory stays unreadable.
+// Wipe crypto-erases a vault: every copy of the key slots (the config, a temp copy an
+// interrupted passwd left, a conflict copy a sync engine kept) is overwritten in place
+// with random bytes, synced, and removed. Without a slot, no secret can recover the master
+// key, so every file left in the backing directory stays unreadable. CIPHERDIR may have
+// other writers (a sync peer, another user of a shared vault): each name is opened once
+// without following it (O_PATH | O_NOFOLLOW) and everything after goes through that
+// descriptor; anything odd under such a name is reported, never a reason to stop.
 import CofferCrypto
 import CofferSystem
 import Glibc
 
+/// What a wipe, or passwd's clean-up of stale copies, did with each name that can hold
+/// key slots.
+public struct KeySlotReport: Sendable {
+    public struct Entry: Sendable, CustomStringConvertible {
+        public let name: String
+        public let what: String
+        public var description: String { "\(name): \(what)" }
+    }
+
+    /// Regular files overwritten twice, synced and removed.
+    public var destroyed: [String] = []
+    /// Entries that are not regular files (a directory, FIFO or symlink another writer
+    /// made): coffer never reads a key slot from one, so they are left as they are.
+    public var leftAlone: [Entry] = []
+    /// Regular files whose bytes could not be destroyed: another hard link (whose other
+    /// names are beyond the wipe), not writable by this user, an I/O error.
+    public var notDestroyed: [Entry] = []
+}
+
+/// What to do with an entry found under a name that can hold key slots, decided from
+/// what fstat says of it alone.
+enum KeySlotAction: Equatable {
+    /// A regular file with no other name: overwrite, sync, remove.
+    case overwrite
+    /// Not a regular file: never read as key slots, never followed or opened; left alone.
+    case leaveAlone(String)
+    /// A regular file with other hard links: overwriting would write into a file that
+    /// lives elsewhere too (a planted link to another file); only this name is removed.
+    case removeNameOnly(String)
+
+    static func decide(mode: mode_t, links: UInt) -> KeySlotAction {
+        let kinds: [mode_t: String] = [S_IFDIR: "a directory", S_IFIFO: "a FIFO", S_IFLNK: "a symlink",
+                                       S_IFSOCK: "a socket", S_IFCHR: "a character device", S_IFBLK: "a block device"]
+        guard mode & S_IFMT == S_IFREG else {
+            return .leaveAlone("\(kinds[mode & S_IFMT] ?? "not a regular file"), not a key slot: left alone")
+        }
+        guard links == 1 else {
+            return .removeNameOnly("a file with \(links - 1) other hard link\(links == 2 ? "" : "s"), which keep\(links == 2 ? "s" : "") its bytes: not overwritten")
+        }
+        return .overwrite
+    }
+}
+
 extension Vault {
-    /// Overwrites coffer.conf and its temp copies with random bytes of the same length,
-    /// fsyncs and removes them, and syncs the directory. On journaling or copy-on-write
-    /// file systems and SSDs old copies of the blocks may survive physically; the key
-    /// slots were only ever stored there wrapped, so what survives still needs the
-    /// passphrase or recovery key.
-    public func wipe() throws {
-        try removeStaleConfigCopies()
-        try overwriteAndRemove(VaultConfig.fileName)
-        try AtomicFile.syncDirectory(root.rawValue)
+    /// The most bytes of one file overwritten: a config is at most 64 KiB (VaultConfig
+    /// reads no more), so a larger file under a key-slot name holds its slots, if any,
+    /// in this much; the rest is not written twice over for nothing.
+    static let overwriteLimit = 1 << 20
+
+    /// Overwrites coffer.conf and every copy of it (temp and conflict copies) with random
+    /// bytes, fsyncs and removes them, and syncs the directory. On journaling or
+    /// copy-on-write file systems and SSDs old copies of the blocks may survive
+    /// physically; the key slots were only ever stored there wrapped, so what survives
+    /// still needs the passphrase or recovery key.
+    public func wipe() throws -> KeySlotReport {
+        try Vault.destroyKeySlots(in: root.rawValue, includingConfig: true)
     }
 
-    /// Destroys the temp copies of the config (AtomicFile's ".coffer.conf.tmp.PID") that
-    /// an interrupted passwd left, and the conflict copies a sync engine kept of it
-    /// (passwd on two machines): each holds key slots that open with a passphrase.
-    public func removeStaleConfigCopies() throws {
+    /// Destroys the temp copies of the config (AtomicFile's ".coffer.conf.tmp.…") that an
+    /// interrupted passwd left, and the conflict copies a sync engine kept of it (passwd
+    /// on two machines): each holds key slots that open with a passphrase.
+    public func removeStaleConfigCopies() throws -> KeySlotReport {
+        try Vault.destroyKeySlots(in: root.rawValue, includingConfig: false)
+    }
+
+    /// The wipe of directory `dir` (a descriptor of it), also where its config cannot be
+    /// read (damaged, or replaced by something else): every regular file under a name
+    /// that can hold key slots is destroyed, whatever else is there. Throws only when the
+    /// directory cannot be listed or synced.
+    public static func destroyKeySlots(in dir: Int32, includingConfig: Bool) throws -> KeySlotReport {
         let prefix = AtomicFile.tempPrefix(of: VaultConfig.fileName)
-        for name in try Sys.listDirectory(root.rawValue) where name.hasPrefix(prefix) || VaultConfig.isConflictCopy(name) {
-            try overwriteAndRemove(name)
+        let copies = try Sys.listDirectory(dir).filter { $0.hasPrefix(prefix) || VaultConfig.isConflictCopy($0) }.sorted()
+        var report = KeySlotReport()
+        for name in copies + (includingConfig ? [VaultConfig.fileName] : []) {
+            destroy(name, in: dir, into: &report)
+        }
+        try AtomicFile.syncDirectory(dir)
+        return report
+    }
+
+    /// Destroys the entry `name` of `dir` if it is a regular file of one name; reports it.
+    private static func destroy(_ name: String, in dir: Int32, into report: inout KeySlotReport) {
+        let entry: FileDescriptor
+        do {
+            entry = try FileDescriptor.open(name, in: dir, flags: O_PATH | O_NOFOLLOW)
+        } catch let error as Errno where error.code == ENOENT {
+            return  // gone since the listing
+        } catch {
+            return report.notDestroyed.append(.init(name: name, what: "cannot be opened (\(error))"))
+        }
+        do {
+            let found = try Sys.stat(entry.rawValue)
+            switch KeySlotAction.decide(mode: found.st_mode, links: UInt(found.st_nlink)) {
+            case .leaveAlone(let what):
+                report.leftAlone.append(.init(name: name, what: what))
+            case .removeNameOnly(let why):
+                report.notDestroyed.append(.init(name: name, what: why + nameOnly(name, in: dir, naming: found)))
+            case .overwrite:
+                if let refusal = try overwrite(entry, found: found) {
+                    report.notDestroyed.append(.init(name: name, what: refusal + nameOnly(name, in: dir, naming: found)))
+                } else if let kept = removeName(name, in: dir, naming: found) {
+                    report.notDestroyed.append(.init(name: name, what: "overwritten, but \(kept)"))
+                } else {
+                    report.destroyed.append(name)
+                }
+            }
+        } catch {
+            report.notDestroyed.append(.init(name: name, what: "could not be overwritten (\(error))" + nameOnly(name, in: dir, naming: nil)))
         }
     }
 
-    /// Overwrites the regular file `name` twice with random bytes, fsyncing each time, and removes it.
-    private func overwriteAndRemove(_ name: String) throws {
-        let size: Int
+    /// Removes the name of a file that was not overwritten, and says so for the report.
+    private static func nameOnly(_ name: String, in dir: Int32, naming found: stat?) -> String {
+        removeName(name, in: dir, naming: found).map { "; \($0)" } ?? "; only its name was removed"
+    }
+
+    /// Overwrites the regular file `entry` (an O_PATH descriptor; `found` its fstat) twice
+    /// with random bytes, fsyncing each time. Returns why it did not, where that is not an
+    /// error: the user may not write it, or it gained a hard link since it was looked at.
+    private static func overwrite(_ entry: borrowing FileDescriptor, found: stat) throws -> String? {
         do {
-            let fd = try FileDescriptor.openRegular(name, in: root.rawValue)
-            size = Int(try Sys.stat(fd.rawValue).st_size)
+            let file = try openForWriting(entry)
+            let opened = try Sys.stat(file.rawValue)
+            guard opened.st_dev == found.st_dev, opened.st_ino == found.st_ino, opened.st_nlink == 1 else {
+                return "it gained another hard link while being wiped: not overwritten"
+            }
+            let size = min(Int(opened.st_size), overwriteLimit)
+            for _ in 0..<2 {
+                let noise = Sodium.randomArray(count: size)
+                try noise.withUnsafeBytes { try Sys.writeFully(file.rawValue, $0, at: 0) }
+                try Sys.fsync(file.rawValue)
+            }
+            return nil
+        } catch let error as Errno where error.code == EPERM {
+            return "not writable by this user (it belongs to uid \(found.st_uid)): not overwritten"
         }
-        try Sys.chmod(Sys.procPath(root.rawValue) + "/" + name, 0o600)
-        let writable = try FileDescriptor.openRegular(name, in: root.rawValue, flags: O_WRONLY)
-        for _ in 0..<2 {
-            let noise = Sodium.randomArray(count: size)
-            try noise.withUnsafeBytes { try Sys.writeFully(writable.rawValue, $0, at: 0) }
-            try Sys.fsync(writable.rawValue)
+    }
+
+    /// A writable descriptor of the regular file `entry` (an O_PATH descriptor) names. The
+    /// owner's own 0400 copy is made writable first, through the descriptor, never a path
+    /// (EPERM: not the owner).
+    private static func openForWriting(_ entry: borrowing FileDescriptor) throws -> FileDescriptor {
+        do {
+            return try entry.reopen(flags: O_WRONLY)
+        } catch let error as Errno where error.code == EACCES {}
+        try Sys.chmod(Sys.procPath(entry.rawValue), 0o600)
+        return try entry.reopen(flags: O_WRONLY)
+    }
+
+    /// Removes `name` from `dir` if it still names the inode `found` (nil: whatever is
+    /// there). Returns why it did not, or nil once it is gone.
+    private static func removeName(_ name: String, in dir: Int32, naming found: stat?) -> String? {
+        if let found {
+            guard let now = try? Sys.stat(name, in: dir) else { return nil }  // gone already
+            guard now.st_dev == found.st_dev, now.st_ino == found.st_ino else {
+                return "replaced by another entry while being wiped; that one was left alone"
+            }
         }
-        writable.close()
-        try Sys.unlink(name, in: root.rawValue)
+        do {
+            try Sys.unlink(name, in: dir)
+            return nil
+        } catch let error as Errno where error.code == ENOENT {
+            return nil
+        } catch {
+            return "its name could not be removed (\(error))"
+        }
     }
 }

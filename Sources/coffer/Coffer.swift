@@ -20,6 +20,24 @@ extension Coffer {
     static func main() {
         let name = URL(fileURLWithPath: CommandLine.arguments.first ?? "coffer").lastPathComponent
         let arguments = Array(CommandLine.arguments.dropFirst())
-        main(name == "mount.coffer" ? ["mount-helper"] + arguments : arguments)
+        run(name == "mount.coffer" ? ["mount-helper"] + arguments : arguments)
+    }
+
+    /// Parses and runs the command. A usage error is one line on stderr, `coffer: WHAT
+    /// (see coffer CMD --help)`, and exit status 64, like every other failure; help,
+    /// and the statuses the commands set themselves, go as swift-argument-parser has them.
+    static func run(_ arguments: [String]) {
+        do {
+            var command = try parseAsRoot(arguments)
+            try command.run()
+        } catch {
+            let message = self.message(for: error)
+            guard exitCode(for: error).rawValue == ExitStatus.usage.rawValue, !message.isEmpty else { exit(withError: error) }
+            let verb = arguments.first { word in configuration.subcommands.contains { $0._commandName == word } }
+            let hint = verb.map { " (see coffer \($0) --help)" } ?? " (see coffer --help)"
+            let line = message.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: "; ")
+            FileHandleStandardError.write("coffer: \(line)\(hint)\n")
+            exit(withError: ExitCode(ExitStatus.usage.rawValue))
+        }
     }
 }

@@ -80,6 +80,10 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// mount --transport uring: this kernel does not serve FUSE over io_uring, or this
     /// process may not make a ring.
     case transportUnavailable = 46
+    /// wipe: a regular copy of the key slots could not be overwritten (it has other hard
+    /// links, is not writable by the user, or an I/O error); each is named. The rest was
+    /// destroyed and every daemon locked or ended.
+    case wipeIncomplete = 47
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

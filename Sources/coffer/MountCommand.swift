@@ -81,6 +81,15 @@ struct MountCommand: ParsableCommand {
     @Argument(help: "An empty directory on which to mount the plaintext view.")
     var mountpoint: String
 
+    /// Every -o option, split at commas.
+    private var words: [String] { fuseOptions.flatMap { $0.split(separator: ",").map(String.init) } }
+
+    /// "1st", "2nd", "3rd", "4th"… for messages.
+    static func ordinal(_ n: Int) -> String {
+        let suffix = (11...13).contains(n % 100) ? "th" : [1: "st", 2: "nd", 3: "rd"][n % 10] ?? "th"
+        return "\(n)\(suffix)"
+    }
+
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
         if let watchLimit, watchLimit < 0 { throw ValidationError("--watch-limit must be 0 or more") }
@@ -89,18 +98,26 @@ struct MountCommand: ParsableCommand {
         }
         // allow_other alone would let every user past the owner's file modes: only
         // --allow-other, which adds default_permissions, may let others in.
-        if fuseOptions.flatMap({ $0.split(separator: ",") }).contains("allow_other") {
+        if words.contains("allow_other") {
             throw ValidationError("-o allow_other is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
-        if let secret = fuseOptions.flatMap({ $0.split(separator: ",").map(String.init) }).first(where: { MountHelperCommand.isInlineSecret($0) }) {
+        if let secret = words.first(where: { MountHelperCommand.isInlineSecret($0) }) {
             throw ValidationError("-o \(MountHelperCommand.named(secret)) is refused: a secret never goes in mount options; use --passfile or --extpass")
         }
         if let value = getenv("COFFER_TRANSPORT").map({ String(cString: $0) }), givenTransport == nil,
            FuseSession.Transport(rawValue: value) == nil {
             throw ValidationError("COFFER_TRANSPORT=\(value): not a transport (auto, uring or classic)")
         }
-        if let refused = FuseSession.refusedOptions(fuseOptions).first {
-            throw ValidationError("-o \(MountHelperCommand.named(refused)): not a mount option libfuse accepts")
+        // coffer's mounts are of type fuse.coffer: `coffer unmount` and umount(8) find them so.
+        if words.contains(where: { $0 == "subtype" || $0.hasPrefix("subtype=") }) {
+            throw ValidationError("-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")
+        }
+        // Word by word, so that a message names the one refused; a bare word is not
+        // repeated (it may be a secret typed in the wrong place), only where it stands.
+        if let index = words.firstIndex(where: { !FuseSession.refusedOptions([$0]).isEmpty }) {
+            let word = words[index]
+            let named = word.contains("=") ? "-o \(MountHelperCommand.named(word))" : "the \(Self.ordinal(index + 1)) -o option (not repeated here, in case it is a secret)"
+            throw ValidationError("\(named): not a mount option libfuse accepts")
         }
     }
 
@@ -227,12 +244,22 @@ struct MountCommand: ParsableCommand {
         } catch {
             throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
         }
+        // A mount refused from here on leaves no state directory behind (one it made, or
+        // one a clean unmount emptied): rmdir removes it only while it is empty.
+        var served = false
+        defer { if !served, let state { try? Sys.unlink(state, in: AT_FDCWD, directory: true) } }
         let fs = try PlainFileSystem(vault: vault,
                                      options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
                                                     watchLimit: watchLimit ?? .max, stateDirectory: state),
                                      hooks: .init(attributesChanged: link.attributesChanged, invalidateNode: link.invalidateNode,
                                                   invalidateEntry: link.invalidateEntry),
                                      logger: logger)
+        // …and no empty undo journal in it either (finish removes both while they are empty).
+        defer {
+            if !served {
+                do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
+            }
+        }
         var options = FuseSession.Options()
         options.allowOther = allowOther
         options.readOnly = readOnly
@@ -270,6 +297,7 @@ struct MountCommand: ParsableCommand {
         fs.followOtherWriters()
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
+        served = true
         SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
         session.run(threads: threads)
         SystemdNotify.send("STOPPING=1")

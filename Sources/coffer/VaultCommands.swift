@@ -70,8 +70,12 @@ struct PasswdCommand: ParsableCommand {
                 ?? (newExtpass.isEmpty ? nil : ExternalPassphrase.read(newExtpass))
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             defer { new.wipe() }
-            try vault.changePassphrase(master: master, newPassphrase: new)
+            let stale = try vault.changePassphrase(master: master, newPassphrase: new)
             print("Passphrase of \(cipherdir) changed.")
+            // Odd entries under the names of the config's copies stop no passwd: each is named.
+            for entry in stale.leftAlone + stale.notDestroyed {
+                FileHandleStandardError.write("coffer: passwd: \(cipherdir)/\(entry)\n")
+            }
         }
     }
 }
@@ -161,7 +165,15 @@ struct WipeCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "wipe",
         abstract: "Crypto-erase a vault: destroy its key slots so nothing in it can ever be decrypted.",
-        discussion: "Asks you to type the vault directory's name unless --yes. A running mount of the vault is locked and cannot be unlocked again.")
+        discussion: """
+            Asks you to type the vault directory's name unless --yes. Every copy of the key \
+            slots (coffer.conf, its temp and conflict copies) is overwritten and removed; \
+            what else is found under their names is left alone and named. Every running \
+            daemon of the vault is locked for good, or ended (SIGTERM, then SIGKILL); one that \
+            can be neither is named and the exit status is 39. A copy that could not be \
+            overwritten (another hard link to it, not yours to write) is named and the exit \
+            status is 47.
+            """)
 
     @Flag(name: .long, help: "Do not ask for confirmation.")
     var yes = false
@@ -169,32 +181,67 @@ struct WipeCommand: ParsableCommand {
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
 
+    /// A config that cannot be read stops no wipe: its copies and the daemons serving the
+    /// vault are still there to be destroyed and locked.
+    private static func isConfigProblem(_ error: VaultError) -> Bool {
+        switch error {
+        case .configMalformed, .configDamaged, .unsupportedFormat, .unsupportedParameter, .kdfParametersRefused, .missingKeySlot:
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// The vault's directory, opened as a vault (its config read and checked) or, where
+    /// only its config is wrong, as a directory, with a line that says so.
+    private func openVaultDirectory() throws -> FileDescriptor {
+        do {
+            return try Vault.open(at: cipherdir).root.reopenDirectory(flags: O_RDONLY)
+        } catch let error as VaultError where Self.isConfigProblem(error) {
+            FileHandleStandardError.write("coffer: wipe: \(error); destroying whatever holds key slots all the same\n")
+        }
+        return try FileDescriptor.open(cipherdir, flags: O_RDONLY | O_DIRECTORY)
+    }
+
     func run() throws {
         try runReportingFailures {
-            let vault = try Vault.open(at: cipherdir)
-            let name = URL(fileURLWithPath: vault.path).lastPathComponent
+            let root = try openVaultDirectory()
+            let name = URL(fileURLWithPath: cipherdir).lastPathComponent
             if !yes {
-                FileHandleStandardError.write("This destroys the keys of \(vault.path): nothing in it can be decrypted afterwards.\nType the directory's name (\(name)) to confirm: ")
+                FileHandleStandardError.write("This destroys the keys of \(cipherdir): nothing in it can be decrypted afterwards.\nType the directory's name (\(name)) to confirm: ")
                 let answer = readLine(strippingNewline: true) ?? ""
                 guard answer == name else {
                     throw CommandFailure(status: .notConfirmed, message: "not confirmed; nothing was wiped")
                 }
             }
-            try vault.wipe()
-            // Lock every live daemon of this vault, found by the vault itself (whatever its
-            // fsname, socket or owner); with its config gone it cannot unlock again. One
-            // that cannot be locked is ended (SIGTERM: it unmounts and wipes its keys).
-            var untouched: [String] = []
-            for daemon in LiveDaemons.serving(vault.root.rawValue) {
-                let locked = daemon.socket.flatMap { try? ControlClient.send(ControlRequest(op: .lock), to: $0) }?.ok ?? false
-                if locked || LiveDaemons.end(daemon.pid) { continue }
-                untouched.append("pid \(daemon.pid)\(daemon.socket.map { " (socket \($0))" } ?? "")")
+            // The key slots first, so that no daemon can be unlocked again after the lock.
+            let destroyed = Result { try Vault.destroyKeySlots(in: root.rawValue, includingConfig: true) }
+            // Every live daemon of this vault, found by the vault itself (whatever its
+            // fsname, socket, owner or binary), is locked or ended, whatever happened above.
+            var unreachable: [String] = []
+            for daemon in LiveDaemons.serving(root.rawValue) {
+                guard case .unreachable(let why) = LiveDaemons.silence(daemon) else { continue }
+                unreachable.append("pid \(daemon.pid)" + (daemon.uid.map { " (uid \($0))" } ?? "")
+                                   + (daemon.socket.map { ", socket \($0)" } ?? "") + ": " + why)
             }
-            print("Wiped \(vault.path): its key slots are destroyed.")
-            if !untouched.isEmpty {
-                throw CommandFailure(status: .socketUnavailable,
-                                     message: "could not lock or end the daemon(s) still serving the vault: \(untouched.joined(separator: ", ")); end them as their owner or as root")
+            let daemons = unreachable.isEmpty ? "" : "; could not lock or end the daemon(s) still serving the vault: \(unreachable.joined(separator: "; ")); end them as their owner or as root"
+            let report: KeySlotReport
+            do {
+                report = try destroyed.get()
+            } catch {
+                throw CommandFailure(status: .failure, message: "\(cipherdir): the key slots could not be destroyed: \(error)\(daemons)")
             }
+            for entry in report.leftAlone + report.notDestroyed {
+                FileHandleStandardError.write("coffer: wipe: \(cipherdir)/\(entry)\n")
+            }
+            if !unreachable.isEmpty {
+                throw CommandFailure(status: .socketUnavailable, message: "\(cipherdir) is wiped" + daemons)
+            }
+            if !report.notDestroyed.isEmpty {
+                let count = report.notDestroyed.count
+                throw CommandFailure(status: .wipeIncomplete, message: "\(cipherdir): \(count) cop\(count == 1 ? "y" : "ies") of the key slots could not be overwritten (named above); everything else is destroyed and no daemon serves the vault")
+            }
+            print("Wiped \(cipherdir): its key slots are destroyed.")
         }
     }
 }

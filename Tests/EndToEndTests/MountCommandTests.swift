@@ -1,5 +1,6 @@
-// End-to-end: `coffer mount`/`unmount` — their errors and exit statuses, signals, and
-// a mount by an unprivileged user.
+// End-to-end: `coffer mount`/`unmount` — their errors and exit statuses, usage errors
+// in one line, options refused without echoing them, signals, and a mount by an
+// unprivileged user.
 import Foundation
 import XCTest
 
@@ -34,6 +35,49 @@ final class MountCommandTests: EndToEndCase {
         let notMounted = Harness.run([Harness.coffer, "unmount", full])
         XCTAssertEqual(notMounted.status, 36, notMounted.stderr)
         vault.unmount()
+    }
+
+    /// Issue 39: a usage error is one line, `coffer: …`, with exit status 64 — not
+    /// swift-argument-parser's "Error:" and usage lines.
+    func testAUsageErrorIsOneLine() {
+        let vault = MountedVault(scratch: scratch)
+        for arguments in [["mount", "--bogus", vault.cipherdir, vault.mountpoint], ["mount", vault.cipherdir],
+                          ["wipe"], ["frobnicate"], ["mount", "--threads", "0", vault.cipherdir, vault.mountpoint]] {
+            let r = Harness.run([Harness.coffer] + arguments)
+            XCTAssertEqual(r.status, 64, "\(arguments): \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, "\(arguments): \(r.stderr)")
+            XCTAssertTrue(r.stderr.hasPrefix("coffer: "), "\(arguments): \(r.stderr)")
+        }
+    }
+
+    /// Issue 39: a bare -o word that libfuse refuses is not repeated (it may be a secret
+    /// typed in the wrong place); `-o subtype=` is refused (`coffer unmount` knows coffer's
+    /// mounts by their type, fuse.coffer).
+    func testRefusedOptionsAreNotEchoedAndSubtypeIsRefused() {
+        let vault = MountedVault(scratch: scratch)
+        for option in ["hunter2", "noatime,hunter2", "subtype=hunter2", "noatime,subtype=hunter2"] {
+            let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "-o", option, vault.cipherdir, vault.mountpoint])
+            XCTAssertEqual(r.status, 64, "\(option): \(r.stderr)")
+            XCTAssertFalse(r.stderr.contains("hunter2"), "\(option) echoed: \(r.stderr)")
+            XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, "\(option): \(r.stderr)")
+            XCTAssertFalse(vault.isMounted, option)
+        }
+        let subtype = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "-o", "subtype=x", vault.cipherdir, vault.mountpoint])
+        XCTAssertTrue(subtype.stderr.contains("subtype"), subtype.stderr)
+    }
+
+    /// Issue 39: a mount refused after the daemon made the vault's state directory (here:
+    /// an escaped allow_other, taken down at once) leaves no directory behind in
+    /// /var/lib/coffer.
+    func testARefusedMountLeavesNoStateDirectory() {
+        let name = "refused-\(getpid())-\(Int.random(in: 0..<1_000_000))"
+        let vault = MountedVault(scratch: scratch, name: name)
+        let mine = { ((try? FileManager.default.contentsOfDirectory(atPath: "/var/lib/coffer")) ?? []).filter { $0.hasPrefix(name) } }
+        addTeardownBlock { for dir in mine() { try? FileManager.default.removeItem(atPath: "/var/lib/coffer/" + dir) } }
+        let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "-o", "allow\\_other", vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(r.status, 64, r.stderr)
+        XCTAssertFalse(vault.isMounted)
+        XCTAssertEqual(mine(), [], "a refused mount left its state directory")
     }
 
     func testBusyUnmountIsRefusedAndKeepsServing() {
