@@ -16,6 +16,8 @@ public enum ErrnoMapping {
             case .tooLong(.symlinkTarget): return ENAMETOOLONG
             case .tooLong(.xattrName): return ERANGE
             case .tooLong(.xattrValue): return E2BIG
+            // Not damage: the file was replaced by another program (PlainFileSystem logs it).
+            case .replacedByOtherWriter: return ESTALE
             // Damage of any kind: the data cannot be trusted, so it is not returned.
             default: return EIO
             }

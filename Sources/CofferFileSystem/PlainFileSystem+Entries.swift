@@ -324,6 +324,7 @@ extension PlainFileSystem {
             }
             if let size = changes.size {
                 guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
+                try refuseIfRemovedByOthers(node)  // and after: see write
                 try withWritableDescriptor(node, handle: handle) { fd in
                     try reportingDamage(node) {
                         try node.contentLock.writing {

@@ -142,6 +142,11 @@ extension PlainFileSystem {
         try withKeys { keys in
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "write") }
+            // Before the write, so that a refused write lands nowhere (the orphaned inode
+            // would give its bytes to a read on the same descriptor); after it too, for a
+            // replacement in the middle of the write (then its bytes are in the orphan,
+            // unacknowledged).
+            try refuseIfRemovedByOthers(file)
             try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
                     try content(file.fd, of: file.node, keys: keys,
@@ -208,7 +213,8 @@ extension PlainFileSystem {
 
     func refuseIfRemovedByOthers(_ node: Node) throws {
         guard try Sys.stat(node.fd).st_nlink == 0, !node.removedThroughMount.load(ordering: .acquiring) else { return }
-        throw Errno(ESTALE, "another program replaced or removed the backing file (inode \(node.ino)) after it was opened; write refused")
+        logger.notice("write refused (ESTALE): \(node.plaintextPath) (backing inode \(node.ino)) was replaced or removed by another program after it was opened; it is to be opened again")
+        throw VaultError.replacedByOtherWriter
     }
 
     /// The kernel closed its last reference to the handle. Needs no key.
@@ -222,6 +228,7 @@ extension PlainFileSystem {
             guard offset >= 0, length > 0 else { throw Errno(EINVAL, "fallocate") }
             let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "fallocate") }
+            try refuseIfRemovedByOthers(file)  // and after: see write
             try file.node.contentLock.writing {
                 let content = content(file.fd, of: file.node, keys: keys,
                                       safety: rewriteSafety(file.node, synchronous: file.synchronous))

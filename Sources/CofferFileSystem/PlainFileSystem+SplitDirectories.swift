@@ -10,11 +10,12 @@ import Glibc
 
 extension PlainFileSystem {
     /// How names decode in `dir` (DirectoryNames): its own IV, and those of the conflict
-    /// copies of its IV file made for it.
+    /// copies of its IV file made for it; in a directory made on two machines, with the
+    /// names its entries will settle to (one listing of it).
     func names(of dir: Node, keys: Keys) throws -> DirectoryNames {
         let own = try directoryIV(dir, keys: keys)
         let alternates = ((try? alternateIVs(dir, keys: keys)) ?? []).map { DirectoryNames.Alternate(fileName: $0.name, iv: $0.iv) }
-        return DirectoryNames(keys.codecs.names, own: own, alternates: alternates)
+        return try DirectoryNames(keys.codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
     }
 
     /// Settles a directory with alternate IVs on its own IV: each entry whose name is
@@ -23,8 +24,9 @@ extension PlainFileSystem {
     /// alternate IV file goes. Crash-safe: every entry has exactly one backing name at
     /// every moment, readable under an IV file that is still there. Where the same name
     /// exists under both IVs (both machines made it), the one from the alternate IV gets
-    /// " (1)" (" (2)", …) before its extension. Both machines settle the same way, so
-    /// their sync engine sees the same renames. Called before a change in `dir`.
+    /// " (1)" (" (2)", …) before its extension — the name SettlementPlan gave it, which
+    /// listings showed it under until now. Both machines settle the same way, so their
+    /// sync engine sees the same renames. Called before a change in `dir`.
     func settleSplitDirectory(_ dir: Node, keys: Keys) throws {
         guard dir.isDirectory, let split = try? names(of: dir, keys: keys), !split.alternates.isEmpty else { return }
         let iv = split.own
@@ -34,10 +36,11 @@ extension PlainFileSystem {
             for entry in try Sys.readDirectory(dir.fd) where !NameTransform.isReserved(entry.name) {
                 // Entries already under the directory's IV stay, and so do those of other alternates (their turn comes).
                 guard let decoded = try? split.decode(entry.name, in: dir.fd), decoded.alternate == alternate.fileName else { continue }
-                let shown = try moveUnderDirectoryIV(entry.name, plaintext: decoded.name, in: dir, iv: iv, keys: keys)
+                let name = split.settling[entry.name]?.name ?? decoded.name
+                let shown = try moveUnderDirectoryIV(entry.name, plaintext: name, settlingAs: decoded.name, in: dir, iv: iv, keys: keys)
                 moved.append(entry.name)
-                renamed.append(decoded.name)
-                if shown != decoded.name { renamed.append(shown) }
+                renamed.append(name)
+                if shown != name { renamed.append(shown) }
             }
             // Old long names' sidecars go last: a conflict copy of a long name reads the original's.
             for old in moved { NameTransform.removeSidecar(ofEntry: old, in: dir.fd) }
@@ -51,11 +54,12 @@ extension PlainFileSystem {
         DispatchQueue.global().async { names.forEach { hooks.invalidate($0, in: id) } }
     }
 
-    /// Renames backing entry `backing` (plaintext `name`) to its name under `iv`, or, if
-    /// that is taken, to the first free " (N)" variant. Returns the plaintext name it has now.
-    private func moveUnderDirectoryIV(_ backing: String, plaintext name: [UInt8], in dir: Node, iv: [UInt8],
-                                      keys: Keys) throws -> [UInt8] {
-        var candidate = name
+    /// Renames backing entry `backing` (plaintext `name`) to `planned` under `iv`, or, if
+    /// another program took that meanwhile, to the first free " (N)" variant of `name`.
+    /// Returns the plaintext name it has now.
+    private func moveUnderDirectoryIV(_ backing: String, plaintext name: [UInt8], settlingAs planned: [UInt8], in dir: Node,
+                                      iv: [UInt8], keys: Keys) throws -> [UInt8] {
+        var candidate = planned
         for n in 1...1000 {
             let target = try keys.codecs.names.backingName(for: candidate, dirIV: iv)
             let wroteSidecar = try NameTransform.writeSidecar(target, in: dir.fd)

@@ -57,6 +57,9 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     /// directory (format 5): copied in from another one, or the directory's contents
     /// were moved here from under another name.
     case directoryIVMisplaced(String)
+    /// A write, truncate or fsync through a descriptor whose backing file another program
+    /// replaced or removed after it was opened (ESTALE): refused, not damage.
+    case replacedByOtherWriter
     /// A plaintext name is longer than 255 bytes (ENAMETOOLONG).
     case nameTooLong
     /// A plaintext name is empty, ".", "..", or contains '/' or NUL.
@@ -96,6 +99,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"
         case .symlinkSidecarDamaged(let reference): return "symlink-target sidecar \(reference) is missing or damaged"
         case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
+        case .replacedByOtherWriter: return "another program replaced or removed the backing file after it was opened; write refused"
         case .directoryIVMisplaced(let name): return "directory IV damaged: \(name) belongs to another directory (copied here, or this directory's contents moved here, from outside the mount)"
         case .nameTooLong: return "file name too long (more than 255 bytes)"
         case .invalidName: return "invalid file name"

@@ -36,6 +36,14 @@ final class IntegrityTests: EndToEndCase {
         return vault.sh("cat '\(name)' | od -c | head -2")
     }
 
+    /// Mounts, reads `name`, unmounts and runs fsck: what the read and fsck gave.
+    func readThenCheck(_ vault: MountedVault, _ name: String) -> (read: Outcome, fsck: Outcome) {
+        vault.mount()
+        let read = vault.sh("cat '\(name)'")
+        vault.unmount()
+        return (read, vault.fsck())
+    }
+
     func testContentCopiedOrMovedToAnotherNameOrDirectoryIsRefused() {
         let vault = vaultWithFiles(4)
         let paths = backing(vault, ["a/x", "b/y", "z", "w"])
@@ -229,11 +237,8 @@ final class IntegrityTests: EndToEndCase {
         vault.unmount()
         XCTAssertEqual(vault.fsck().status, 0)
         assertOK(Harness.sh("mv '\(new)' '\(old)'"), "the rename lost")
-        vault.mount()
-        let back = vault.sh("cat b2/sub2/f")
+        let (back, fsck) = readThenCheck(vault, "b2/sub2/f")
         XCTAssertEqual(back.stdout, "deep\n", back.stderr)
-        vault.unmount()
-        let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
         // Tags of no place it ever had: refused.
         assertOK(Harness.sh("""
@@ -260,11 +265,8 @@ final class IntegrityTests: EndToEndCase {
             old = os.getxattr(sys.argv[1], "user.coffer.place")[:16]
             with open(sys.argv[1], "r+b") as f: f.seek(18); f.write(old)' '\(moved)'
             """), "stale header")
-        vault.mount()
-        let read = vault.sh("cat b/z-moved")
+        let (read, fsck) = readThenCheck(vault, "b/z-moved")
         XCTAssertEqual(read.stdout, "content of z\n", read.stderr)
-        vault.unmount()
-        let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
         XCTAssertTrue(fsck.stdout.contains("leftover: /b/z-moved: its header still names the place it had before a rename"), fsck.stdout)
         // Without the xattr, the stale header is what an attacker's move looks like.
