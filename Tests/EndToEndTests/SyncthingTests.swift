@@ -2,7 +2,8 @@
 // sync by two Syncthing instances on 127.0.0.1, in a private network namespace
 // (scripts/syncthing-pair), each mounted by its own coffer daemon — through the steps a
 // user meets: an edit, an append, an edit on both sides while apart, a directory made on
-// both sides, a large file synced while it is written.
+// both sides (with the same names made on both), a large file synced while it is
+// written, and a directory of many files arriving while the other side reads it.
 import Foundation
 import XCTest
 
@@ -50,17 +51,23 @@ final class SyncthingTests: EndToEndCase {
 
         echo "4. the same directory made on both sides keeps every file, on both"
         apart
-        mkdir "$MA/d"; echo 'from A' > "$MA/d/a.txt"
-        mkdir "$MB/d"; echo 'from B' > "$MB/d/b.txt"
+        mkdir "$MA/d" "$MA/d/sub"; echo 'from A' > "$MA/d/a.txt"; echo 'A' > "$MA/d/same.txt"; echo 'deep A' > "$MA/d/sub/x"
+        mkdir "$MB/d" "$MB/d/sub"; echo 'from B' > "$MB/d/b.txt"; echo 'B' > "$MB/d/same.txt"; echo 'deep B' > "$MB/d/sub/y"
         together
+        # Each entry once, under one name, reached: the other machine's same.txt and sub
+        # under the names they will settle to (issue 37, item 2).
+        names="a.txt b.txt same (1).txt same.txt sub sub (1) "
         for m in "$MA" "$MB"; do
-          soon '[ "$(ls "$m/d" | tr "\n" " ")" = "a.txt b.txt " ]' || fail "$m/d: $(ls "$m/d")"
+          soon '[ "$(ls "$m/d" | tr "\n" " ")" = "$names" ]' || fail "$m/d: $(ls "$m/d")"
           [ "$(cat "$m/d/a.txt" "$m/d/b.txt" | tr '\n' ' ')" = 'from A from B ' ] || fail "$m/d: contents"
+          [ "$(cat "$m/d/same.txt" "$m/d/same (1).txt" | sort | tr '\n' ' ')" = 'A B ' ] || fail "$m/d: same.txt"
+          [ "$(cat "$m/d/sub"/* "$m/d/sub (1)"/* | sort | tr '\n' ' ')" = 'deep A deep B ' ] || fail "$m/d: sub"
         done
         echo 'settles it' > "$MA/d/c.txt"; synced       # the next change settles d on one IV
         for m in "$MA" "$MB"; do
-          soon '[ "$(ls "$m/d" | tr "\n" " ")" = "a.txt b.txt c.txt " ]' || fail "$m/d after settling: $(ls "$m/d")"
+          soon '[ "$(ls "$m/d" | tr "\n" " ")" = "a.txt b.txt c.txt same (1).txt same.txt sub sub (1) " ]' || fail "$m/d after settling: $(ls "$m/d")"
           [ "$(cat "$m/d/b.txt")" = 'from B' ] || fail "$m/d/b.txt"
+          [ "$(cat "$m/d/same.txt" "$m/d/same (1).txt" | sort | tr '\n' ' ')" = 'A B ' ] || fail "$m/d: same.txt after settling"
         done
         [ -z "$(find "$A" "$B" -name 'coffer.sync-conflict-*')" ] || fail "an IV copy is left"
 
@@ -74,6 +81,21 @@ final class SyncthingTests: EndToEndCase {
         for m in "$MA" "$MB"; do
           soon '[ "$(md5sum < "$m/big")" = "$want" ]' || fail "$m/big differs (size $(stat -c %s "$m/big"))"
         done
+
+        echo "6. a directory of 200 files made on A while B lists and reads it: no EIO on B"
+        : > "$W/errs"
+        ( while [ ! -e "$W/stop" ]; do
+            ls "$MB/burst" > /dev/null 2>> "$W/errs" || true
+            for f in $(ls "$MB/burst" 2>/dev/null); do cat "$MB/burst/$f" > /dev/null 2>> "$W/errs" || true; done
+            sleep 0.005
+          done ) &
+        reader=$!
+        mkdir "$MA/burst"; for i in $(seq 200); do echo "file $i" > "$MA/burst/f$i"; done
+        synced
+        soon '[ "$(ls "$MB/burst" | wc -l)" = 200 ]' || fail "B/burst: $(ls "$MB/burst" | wc -l) files"
+        touch "$W/stop"; wait $reader
+        [ "$(cat "$MB/burst/f123")" = 'file 123' ] || fail "B/burst/f123"
+        grep -v 'No such file or directory' "$W/errs" && fail "B got errors while the directory arrived" || true
 
         grep -h "damage:\|unexpected" "$W/a.log" "$W/b.log" && fail "the daemons logged damage" || true
         echo "all steps passed"
