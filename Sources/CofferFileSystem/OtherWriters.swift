@@ -182,7 +182,13 @@ extension PlainFileSystem {
         let name = try? withKeys(activity: false) { keys -> [UInt8]? in
             try names(of: dir, keys: keys).decode(backing, in: dir.fd)?.name
         }
-        if let name { hooks.invalidate(name, in: dirID) }
+        guard let name else { return }
+        hooks.invalidate(name, in: dirID)
+        // A sync engine's conflict copy that is there now: the owner hears of it.
+        if ConflictName.parse(backingName: backing) != nil, exists(backing, in: dir) {
+            let parent = dir.plaintextPath
+            hooks.noticed(.conflictCopy(path: (parent == "/" ? "" : parent) + "/" + String(decoding: name, as: UTF8.self)))
+        }
     }
 
     /// The kernel dropped events: anything may have changed. Every inode and every name

@@ -112,6 +112,14 @@ public final class PlainFileSystem: Sendable {
     private let lastActivity = Atomic<Int64>(PlainFileSystem.monotonicSeconds())
 
     /// What the file system tells the layer above it, given at init and fixed from then on.
+    /// What `Hooks.noticed` tells.
+    public enum Notice: Sendable {
+        /// Damage was refused (EIO): the plaintext path and what is wrong.
+        case damage(path: String, what: String)
+        /// A sync engine's conflict copy appeared, shown under this plaintext path.
+        case conflictCopy(path: String)
+    }
+
     public struct Hooks: Sendable {
         /// A node's attributes changed in a way the reply to the request does not show
         /// (setuid dropped by a write, blocks put back after a crash): the kernel must
@@ -127,13 +135,19 @@ public final class PlainFileSystem: Sendable {
         /// name's bytes are valid only during the call (they may be zeroed after it).
         /// Never called from a request thread (the kernel may hold the directory's lock).
         public var invalidateEntry: @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void
+        /// Something the mount's owner would want to hear of happened (the daemon tells
+        /// programs subscribed to its events). Called from request and watch threads; it
+        /// must not wait.
+        public var noticed: @Sendable (Notice) -> Void
 
         public init(attributesChanged: @escaping @Sendable (UInt64) -> Void = { _ in },
                     invalidateNode: @escaping @Sendable (UInt64) -> Void = { _ in },
-                    invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void = { _, _ in }) {
+                    invalidateEntry: @escaping @Sendable (UInt64, UnsafeBufferPointer<UInt8>) -> Void = { _, _ in },
+                    noticed: @escaping @Sendable (Notice) -> Void = { _ in }) {
             self.attributesChanged = attributesChanged
             self.invalidateNode = invalidateNode
             self.invalidateEntry = invalidateEntry
+            self.noticed = noticed
         }
 
         /// `invalidateEntry` of a name held in an array.
@@ -458,6 +472,7 @@ public final class PlainFileSystem: Sendable {
             return try body()
         } catch let error as VaultError {
             logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
+            hooks.noticed(.damage(path: node.plaintextPath, what: "\(error)"))
             throw error
         }
     }

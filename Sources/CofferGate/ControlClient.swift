@@ -9,12 +9,15 @@ public enum ControlClient {
         case noDaemon(String)
         case badAnswer
         case timedOut(Double)
+        /// The daemon answered with this failure.
+        case refused(ControlResponse)
 
         public var description: String {
             switch self {
             case .noDaemon(let path): return "no coffer daemon answers on \(path)"
             case .badAnswer: return "the daemon's answer was malformed"
             case .timedOut(let seconds): return String(format: "the daemon did not answer within %.0f s", seconds)
+            case .refused(let response): return response.message ?? response.error ?? "refused"
             }
         }
     }
@@ -23,9 +26,45 @@ public enum ControlClient {
     /// writes back dirty pages first; a status answers at once.
     public static func timeout(for op: ControlRequest.Operation) -> Double {
         switch op {
-        case .status: return 10
+        case .status, .subscribe: return 10
         case .lock, .unlock: return 120
         }
+    }
+
+    /// Subscribes to the events of the daemon at `path` (`delays`: this subscriber may
+    /// delay an announced lock until it sends `done`, `sendDone`): the connection, once the
+    /// daemon has answered (`Failure.refused` if it refused); read each event with
+    /// `nextEvent`.
+    public static func subscribe(to path: String, delays: Bool = false) throws -> FileDescriptor {
+        let socket: FileDescriptor
+        do {
+            socket = try UnixSocket.connect(to: path)
+        } catch {
+            throw Failure.noDaemon(path)
+        }
+        let deadline = Deadline(seconds: timeout(for: .status))
+        guard Frames.write(socket.rawValue, Frames.encode(ControlRequest(op: .subscribe, delays: delays))) else {
+            throw Failure.noDaemon(path)
+        }
+        guard let body = try? Frames.readFrame(socket.rawValue, by: deadline) else {
+            throw deadline.remainingMilliseconds == 0 ? Failure.timedOut(timeout(for: .status)) : Failure.badAnswer
+        }
+        guard let response = try? JSONDecoder().decode(ControlResponse.self, from: Data(body)) else { throw Failure.badAnswer }
+        guard response.ok else { throw Failure.refused(response) }
+        return socket
+    }
+
+    /// The next event on a subscription, waiting as long as it takes; nil once the daemon
+    /// ends it (the mount ends).
+    public static func nextEvent(_ subscription: borrowing FileDescriptor) -> Event? {
+        guard let body = try? Frames.readFrame(subscription.rawValue, by: Deadline(seconds: Double(Int32.max))) else { return nil }
+        return try? JSONDecoder().decode(Event.self, from: Data(body))
+    }
+
+    /// Tells the daemon this subscriber is done with what it does before a lock.
+    public static func sendDone(_ subscription: borrowing FileDescriptor) -> Bool {
+        struct Done: Encodable { let op = "done" }
+        return Frames.write(subscription.rawValue, Frames.encode(Done()))
     }
 
     /// Sends `request` (and `secret`, for unlock) to the socket at `path` and waits for

@@ -41,7 +41,7 @@ public struct Deadline {
 /// What a client asks.
 public struct ControlRequest: Codable, Equatable {
     public enum Operation: String, Codable {
-        case status, unlock, lock
+        case status, unlock, lock, subscribe
     }
 
     /// Which secret follows an unlock request.
@@ -54,12 +54,22 @@ public struct ControlRequest: Codable, Equatable {
     public var secret: SecretKind?
     /// Number of raw secret bytes that follow this frame (unlock only).
     public var secretLength: Int?
+    /// lock: "command" (the default) or "wipe", for the events' `reason`.
+    public var reason: String?
+    /// lock: announce it and wait the mount's grace (`--lock-grace`) first.
+    public var grace: Bool?
+    /// subscribe: this subscriber may delay an announced lock until it says `done`.
+    public var delays: Bool?
 
-    public init(op: Operation, secret: SecretKind? = nil, secretLength: Int? = nil) {
+    public init(op: Operation, secret: SecretKind? = nil, secretLength: Int? = nil, reason: String? = nil,
+                grace: Bool? = nil, delays: Bool? = nil) {
         version = ControlProtocol.version
         self.op = op.rawValue
         self.secret = secret
         self.secretLength = secretLength
+        self.reason = reason
+        self.grace = grace
+        self.delays = delays
     }
 }
 
@@ -101,6 +111,10 @@ public struct GateStatus: Codable, Equatable, Sendable {
     /// How requests reach the daemon: "io_uring" or "/dev/fuse" (nil from a daemon
     /// older than the field).
     public var transport: String?
+    /// Programs subscribed to the daemon's events now (nil from a daemon without events).
+    public var subscribers: Int?
+    /// Seconds an announced lock waits (`--lock-grace`; nil from an older daemon).
+    public var lockGraceSeconds: Double?
 }
 
 /// What the server answers. `error` is a stable code; `message` is for people.

@@ -207,7 +207,10 @@ public final class ControlServer: Sendable {
         guard connection.bytes.count >= 4 + length else { return }
         acceptance.overflow.remove(at: i)
         let body = Array(connection.bytes[4..<4 + length])
-        if case .success(let request) = ControlRequest.decode(body), request.op == ControlRequest.Operation.unlock.rawValue {
+        // Only what answers at once is answered here: an unlock (Argon2id) or a lock that
+        // waits out a grace would hold up the accepting thread.
+        if case .success(let request) = ControlRequest.decode(body),
+           request.op == ControlRequest.Operation.unlock.rawValue || request.grace == true {
             reply(connection.fd, .failure(ControlError.busy, "the daemon is busy; try again"))
         } else {
             answer(connection.fd, body: body, peer: connection.peer, deadline: connection.deadline)
@@ -275,8 +278,22 @@ public final class ControlServer: Sendable {
         case .status:
             reply(fd, .success("ok", status: gate.status()))
         case .lock:
-            gate.lock(reason: "requested by uid \(peer.uid)")
+            let reason: Event.Reason = request.reason == Event.Reason.wipe.rawValue ? .wipe : .command
+            if request.grace == true && reason == .command {
+                gate.lockAnnounced(reason: reason, detail: "requested by uid \(peer.uid)", grace: gate.lockGrace)
+            } else {
+                gate.lock(reason: reason, detail: "requested by uid \(peer.uid)")
+            }
             reply(fd, .success("locked", status: gate.status()))
+        case .subscribe:
+            guard let events = gate.events else {
+                return reply(fd, .failure(ControlError.unknownOperation, "this daemon sends no events"))
+            }
+            reply(fd, .success("subscribed", status: gate.status()))
+            // The hub keeps its own descriptor of the connection (this one is closed when
+            // the request is done), close-on-exec as every descriptor of the daemon.
+            let kept = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+            if kept >= 0 { events.add(kept, delays: request.delays == true) }
         case .unlock:
             guard let kind = request.secret, let length = request.secretLength,
                   length > 0, length <= ControlProtocol.maxSecret else {

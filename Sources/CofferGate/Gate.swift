@@ -1,6 +1,7 @@
 // Gate is the locked/unlocked state of a mount: it unlocks through the vault's key
 // slots, throttles wrong secrets, locks in place (flush, wipe keys, purge the kernel's
-// caches), and locks by itself after an idle period.
+// caches), locks by itself after an idle period, and tells subscribed programs (its
+// EventHub) before and after: an announced lock waits out a grace for them to save.
 import CofferCrypto
 import CofferFileSystem
 import CofferSystem
@@ -15,6 +16,11 @@ public final class Gate: Sendable {
     public let mountpoint: String
     public let socketPath: String
     public let idleLock: Int64?
+    /// Seconds an idle lock (or `coffer lock --grace`) is announced before it comes
+    /// (`--lock-grace`); 0: at once, still announced.
+    public let lockGrace: Double
+    /// The programs told of locks and unlocks (nil: none are, as in tests of the gate alone).
+    public let events: EventHub?
     private let logger: Logger
 
     private struct State: Sendable {
@@ -39,6 +45,7 @@ public final class Gate: Sendable {
     private let transport: @Sendable () -> String
 
     public init(fs: PlainFileSystem, mountpoint: String, socketPath: String = "", idleLock: Int64?,
+                lockGrace: Double = 0, events: EventHub? = nil,
                 transport: @escaping @Sendable () -> String = { "/dev/fuse" },
                 derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess,
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
@@ -47,6 +54,8 @@ public final class Gate: Sendable {
         self.mountpoint = mountpoint
         self.socketPath = socketPath
         self.idleLock = idleLock
+        self.lockGrace = lockGrace
+        self.events = events
         self.transport = transport
         self.logger = logger
     }
@@ -74,6 +83,7 @@ public final class Gate: Sendable {
                 }
                 fs.unlock(master)
                 logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
+                events?.publish(Event(.unlocked))
                 return state.withLock { state in
                     state.throttle.recordSuccess()
                     state.since = Date()
@@ -123,19 +133,46 @@ public final class Gate: Sendable {
 
     // MARK: Lock
 
-    /// Locks in place (`PlainFileSystem.lock` is the sequence; the gate decides when).
-    /// With `ifIdleFor`, locks only if no operation needed the keys for that many
-    /// seconds (checked in the gate's turn, so an unlock in between wins).
-    public func lock(reason: String, ifIdleFor idle: Int64? = nil) {
-        inTurn { lock(reason: reason, ifIdleFor: idle, kernelCaches: true) }
+    /// Locks in place now (`PlainFileSystem.lock` is the sequence; the gate decides
+    /// when), announced to subscribers with a deadline of now. With `ifIdleFor`, locks
+    /// only if no operation needed the keys for that many seconds (checked in the gate's
+    /// turn, so an unlock in between wins). `detail` goes into the log line.
+    public func lock(reason: Event.Reason, detail: String, ifIdleFor idle: Int64? = nil) {
+        let locked = inTurn { () -> Bool in
+            guard fs.isUnlocked, idle.map({ fs.idleSeconds >= $0 }) ?? true else { return false }
+            events?.publish(Event(.willLock, reason: reason, grace: 0))  // sent without waiting
+            return lock(reason: "\(reason.rawValue): \(detail)", ifIdleFor: idle, kernelCaches: true)
+        }
+        if locked { events?.publish(Event(.locked, reason: reason)) }
     }
 
-    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool) {
-        guard fs.isUnlocked else { return }
-        if let idle, fs.idleSeconds < idle { return }
+    /// Locks after a grace of `grace` seconds, announced to subscribers (`will-lock` with
+    /// the deadline): at the deadline, or earlier once every subscriber that delays a
+    /// lock has said it is done. Waits outside the gate's turn. A lock or unlock in the
+    /// meantime ends the announcement: no second lock follows it.
+    public func lockAnnounced(reason: Event.Reason, detail: String, grace: Double) {
+        // Nothing to announce (or an unlock in progress, which the lock waits for): at once.
+        guard grace > 0, fs.isUnlocked else { return lock(reason: reason, detail: detail) }
+        let since = state.withLock { $0.since }
+        events?.publish(Event(.willLock, reason: reason, grace: grace))
+        logger.notice("lock announced (\(reason.rawValue): \(detail)); it comes within \(Int(grace.rounded(.up))) s")
+        events?.waitForDone(until: Sys.monotonicNow() + grace)
+        let locked = inTurn { () -> Bool in
+            guard state.withLock({ $0.since }) == since else { return false }
+            return lock(reason: "\(reason.rawValue): \(detail), announced", ifIdleFor: nil, kernelCaches: true)
+        }
+        if locked { events?.publish(Event(.locked, reason: reason)) }
+    }
+
+    /// True if it locked.
+    @discardableResult
+    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool) -> Bool {
+        guard fs.isUnlocked else { return false }
+        if let idle, fs.idleSeconds < idle { return false }
         fs.lock(kernelCaches: kernelCaches)
         state.withLock { $0.since = Date() }
         logger.notice("locked (\(reason)); keys wiped")
+        return true
     }
 
     /// Locks for good: the daemon is ending, its session no longer serves the kernel
@@ -143,10 +180,13 @@ public final class Gate: Sendable {
     /// unlock that arrives afterwards (on a connection accepted before the control
     /// server stopped) is refused.
     public func shutDown() {
-        inTurn {
+        events?.publish(Event(.unmounting))
+        let locked = inTurn { () -> Bool in
             state.withLock { $0.closed = true }
-            lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false)
+            return lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false)
         }
+        if locked { events?.publish(Event(.locked, reason: .unmount)) }
+        events?.stop()
     }
 
     // MARK: Idle lock and status
@@ -157,7 +197,12 @@ public final class Gate: Sendable {
         let thread = Thread { [self] in
             while true {
                 sleep(UInt32(min(max(idle / 4, 1), 5)))
-                if fs.isUnlocked && fs.idleSeconds >= idle { lock(reason: "idle for \(idle) s", ifIdleFor: idle) }
+                guard fs.isUnlocked && fs.idleSeconds >= idle else { continue }
+                if lockGrace > 0 {
+                    lockAnnounced(reason: .idle, detail: "idle for \(idle) s", grace: lockGrace)
+                } else {
+                    lock(reason: .idle, detail: "idle for \(idle) s", ifIdleFor: idle)
+                }
             }
         }
         thread.name = "coffer-idle-lock"
@@ -173,6 +218,6 @@ public final class Gate: Sendable {
                           idleSeconds: fs.idleSeconds, idleLockSeconds: idleLock, failedAttempts: state.throttle.failures,
                           retryAfter: state.throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
                           formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
-                          transport: transport())
+                          transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace)
     }
 }

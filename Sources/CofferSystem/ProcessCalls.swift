@@ -72,6 +72,14 @@ extension Sys {
         }
     }
 
+    /// send(2) with MSG_DONTWAIT | MSG_NOSIGNAL: whether all of `buffer` went into the
+    /// socket's buffer at once (false if it did not fit, in part or whole, or the peer
+    /// is gone). For a peer that must never hold up the sender.
+    public static func sendWithoutWaiting(_ fd: Int32, _ buffer: UnsafeRawBufferPointer) -> Bool {
+        let sent = (try? retryOnInterrupt("send") { Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }) ?? -1
+        return sent == buffer.count
+    }
+
     /// poll(2): the number of descriptors ready (0 on a timeout).
     @discardableResult
     public static func poll(_ fds: inout [pollfd], timeout milliseconds: Int32) throws -> Int32 {

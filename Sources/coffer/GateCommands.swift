@@ -2,6 +2,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferGate
+import CofferSystem
 import CofferVault
 import Foundation
 import Glibc
@@ -136,12 +137,58 @@ struct LockCommand: ParsableCommand {
         commandName: "lock",
         abstract: "Lock a mounted vault in place: flush, wipe the keys, purge the kernel's caches.")
 
+    @Flag(name: .long, help: "Announce the lock to programs subscribed to `coffer events` and wait the mount's --lock-grace first (at once otherwise).")
+    var grace = false
+
     @OptionGroup var target: MountTarget
 
     func run() throws {
         try runReportingFailures {
-            _ = try target.send(ControlRequest(op: .lock))
+            _ = try target.send(ControlRequest(op: .lock, grace: grace ? true : nil))
             print("\(target.mountpoint) locked")
+        }
+    }
+}
+
+struct EventsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "events",
+        abstract: "Print what happens to a mounted vault, one line per event, until the mount ends.",
+        discussion: """
+            Events: will-lock (reason command, idle or wipe, and the deadline), locked (the same, \
+            or unmount), \
+            unlocked, unmounting, conflict (a sync engine's conflict copy appeared, with its \
+            path) and damage (a damaged block or name was refused, with the path). Each line \
+            is the time, the event and its fields; with --json, the event's JSON object \
+            (docs/CONTROL.md). Ends with status 0 when the mount ends.
+            """)
+
+    @Flag(name: .long, help: "Print each event as its JSON object.")
+    var json = false
+
+    @OptionGroup var target: MountTarget
+
+    func run() throws {
+        try runReportingFailures {
+            let path = try target.socketPath()
+            let subscription: FileDescriptor
+            do {
+                subscription = try ControlClient.subscribe(to: path)
+            } catch let failure as ControlClient.Failure {
+                throw CommandFailure(status: .socketUnavailable, message: "\(failure)")
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            while let event = ControlClient.nextEvent(subscription) {
+                if json {
+                    print(String(decoding: (try? encoder.encode(event)) ?? Data(), as: UTF8.self))
+                } else {
+                    let fields = [("reason", event.reason), ("deadline", event.deadline), ("path", event.path), ("what", event.what)]
+                        .compactMap { name, value in value.map { "\(name)=\($0)" } }
+                    print(([event.at, event.event] + fields).joined(separator: " "))
+                }
+                fflush(nil)
+            }
         }
     }
 }
@@ -169,7 +216,8 @@ struct StatusCommand: ParsableCommand {
             }
             print("""
                 State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
-                Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")
+                Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")\(status.lockGraceSeconds.map { $0 > 0 ? String(format: ", announced %.0f s before", $0) : "" } ?? "")
+                Subscribers:     \(status.subscribers.map(String.init) ?? "none (no events)") to coffer events
                 Failed unlocks:  \(status.failedAttempts)\(status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : "")
                 Mountpoint:      \(status.mountpoint)
                 Vault:           \(status.vault) (format \(status.formatVersion))

@@ -79,7 +79,7 @@ enum LiveDaemons {
         }
         guard let started = startTime(daemon.pid) else { return .ended }
         if let socket = daemon.socket, !isStopped(daemon.pid),
-           (try? ControlClient.send(ControlRequest(op: .lock), to: socket, timeout: lockPatience))?.ok == true {
+           (try? ControlClient.send(ControlRequest(op: .lock, reason: "wipe"), to: socket, timeout: lockPatience))?.ok == true {
             return .locked
         }
         do {

@@ -48,6 +48,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Lock after this long without a file-system operation (e.g. 90s, 15m, 1h).", valueName: "duration"))
     var idleLock: String?
 
+    @Option(name: .long, help: ArgumentHelp("Announce an idle lock (and `coffer lock --grace`) this long before it comes, so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).", valueName: "duration"))
+    var lockGrace: String?
+
     @Option(name: .long, help: ArgumentHelp("Worker threads serving requests (1…64; default 8, or 2 per core above 4 cores).", valueName: "n"))
     var threads: Int = FuseSession.defaultThreads
 
@@ -95,6 +98,9 @@ struct MountCommand: ParsableCommand {
         if let watchLimit, watchLimit < 0 { throw ValidationError("--watch-limit must be 0 or more") }
         if let idleLock, parseDuration(idleLock) == nil {
             throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
+        }
+        if let lockGrace, !(1...60).contains(parseDuration(lockGrace) ?? 0) {
+            throw ValidationError("--lock-grace takes a duration of 1s to 60s, such as 10s")
         }
         // allow_other alone would let every user past the owner's file modes: only
         // --allow-other, which adds default_permissions, may let others in.
@@ -172,6 +178,7 @@ struct MountCommand: ParsableCommand {
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
         if passphrase != nil { arguments += ["--passphrase-fd", "4"] }
         if let idleLock { arguments += ["--idle-lock", idleLock] }
+        if let lockGrace { arguments += ["--lock-grace", lockGrace] }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         // Resolved here: the daemon does not read the environment for it.
@@ -248,11 +255,24 @@ struct MountCommand: ParsableCommand {
         // one a clean unmount emptied): rmdir removes it only while it is empty.
         var served = false
         defer { if !served, let state { try? Sys.unlink(state, in: AT_FDCWD, directory: true) } }
+        // What programs subscribed on the control socket hear (`coffer events`).
+        let events: EventHub?
+        do {
+            events = try EventHub(logger: logger)
+        } catch {
+            events = nil
+            logger.warning("events: none will be sent to programs (\(error))")
+        }
         let fs = try PlainFileSystem(vault: vault,
                                      options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
                                                     watchLimit: watchLimit ?? .max, stateDirectory: state),
                                      hooks: .init(attributesChanged: link.attributesChanged, invalidateNode: link.invalidateNode,
-                                                  invalidateEntry: link.invalidateEntry),
+                                                  invalidateEntry: link.invalidateEntry, noticed: { notice in
+                                                      switch notice {
+                                                      case .damage(let path, let what): events?.publish(Event(.damage, path: path, what: what))
+                                                      case .conflictCopy(let path): events?.publish(Event(.conflict, path: path))
+                                                      }
+                                                  }),
                                      logger: logger)
         // …and no empty undo journal in it either (finish removes both while they are empty).
         defer {
@@ -269,7 +289,9 @@ struct MountCommand: ParsableCommand {
         options.transportSettled = { logger.notice("requests come through \($0)") }
         let session = try FuseSession(fs: fs, options: options, link: link)
         let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
+                        lockGrace: Double(lockGrace.flatMap(parseDuration) ?? 0), events: events,
                         transport: { session.transport }, derive: KDFHelper.derive, logger: logger)
+
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 

@@ -95,7 +95,7 @@ final class GateStateTests: XCTestCase {
         XCTAssertThrowsError(try f.fs.lookup(parent: rootID, name: Array("absent".utf8)))
         XCTAssertTrue(recorder.events.isEmpty, "nothing is invalidated before the lock")
 
-        f.gate.lock(reason: "test")
+        f.gate.lock(reason: .command, detail: "test")
         let events = recorder.events
         let presence = events.map { event -> Bool in
             switch event {
@@ -121,7 +121,7 @@ final class GateStateTests: XCTestCase {
         XCTAssertEqual(f.gate.status().state, "locked")
 
         // A second lock finds nothing to do: no invalidation, no wipe.
-        f.gate.lock(reason: "again")
+        f.gate.lock(reason: .command, detail: "again")
         XCTAssertEqual(recorder.events.count, events.count)
         // At shutdown (the session is gone), a lock still wipes and invalidates nothing.
         XCTAssertTrue(f.unlock().ok)
@@ -195,7 +195,7 @@ final class GateStateTests: XCTestCase {
         let unlocked = DispatchSemaphore(value: 0), locked = DispatchSemaphore(value: 0)
         Thread.detachNewThread { XCTAssertTrue(f.unlock().ok); unlocked.signal() }
         XCTAssertEqual(deriving.wait(timeout: .now() + 30), .success)
-        Thread.detachNewThread { f.gate.lock(reason: "test"); locked.signal() }
+        Thread.detachNewThread { f.gate.lock(reason: .command, detail: "test"); locked.signal() }
 
         let answered = DispatchSemaphore(value: 0)
         Thread.detachNewThread { XCTAssertEqual(f.gate.status().state, "locked"); answered.signal() }
@@ -211,9 +211,9 @@ final class GateStateTests: XCTestCase {
     func testIdleLockOnlyWhenIdleLongEnough() throws {
         let f = try GateFixture(idleLock: 60)
         XCTAssertTrue(f.unlock().ok)
-        f.gate.lock(reason: "idle", ifIdleFor: 3600)
+        f.gate.lock(reason: .idle, detail: "test", ifIdleFor: 3600)
         XCTAssertTrue(f.fs.isUnlocked, "not idle for an hour")
-        f.gate.lock(reason: "idle", ifIdleFor: 0)
+        f.gate.lock(reason: .idle, detail: "test", ifIdleFor: 0)
         XCTAssertFalse(f.fs.isUnlocked)
         XCTAssertEqual(f.gate.status().idleLockSeconds, 60)
     }

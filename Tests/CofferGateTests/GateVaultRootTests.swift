@@ -19,7 +19,7 @@ final class GateVaultRootTests: XCTestCase {
         let response = fixture.unlock()
         XCTAssertTrue(response.ok, "\(response)")
         XCTAssertTrue(fixture.fs.isUnlocked)
-        fixture.gate.lock(reason: "test")
+        fixture.gate.lock(reason: .command, detail: "test")
         XCTAssertEqual(fixture.unlock("impostor").error, ControlError.wrongPassphrase, "the impostor's passphrase opens nothing")
     }
 }
