@@ -1,14 +1,14 @@
 // FuseSession owns one libfuse low-level session: it mounts a PlainFileSystem at a
 // mountpoint, serves it on a pool of threads until unmounted or signalled, and
-// unmounts. It can also tell the kernel to drop what it caches of the mount.
+// unmounts. Telling the kernel to drop what it caches of the mount is SessionLink's.
 import CFuse
 import CofferFileSystem
 import CofferSystem
 import Glibc
 import Synchronization
 
-/// Sendable, unchecked: `session` is set once in init and only read afterwards (libfuse's
-/// notify calls are safe from any thread); `mounted`, the one mutable field, is atomic.
+/// Sendable, unchecked: `session` is set once in init and only read afterwards;
+/// `mounted`, the one mutable field, is atomic.
 public final class FuseSession: @unchecked Sendable {
     public struct Options {
         /// Let users other than the mount owner in; the kernel then checks modes
@@ -43,8 +43,9 @@ public final class FuseSession: @unchecked Sendable {
     private let mounted = Atomic<Bool>(false)
     private let link: SessionLink
 
-    /// Makes the session for `fs`; `link` is the one `fs` was given for its
-    /// attributes-changed hook, and this session attaches to it.
+    /// Makes the session for `fs`; `link` is the one whose calls `fs` was given as its
+    /// hooks (attributes changed, invalidate a node or an entry), and this session
+    /// attaches to it.
     public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
         self.fs = fs
         self.options = options
