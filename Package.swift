@@ -56,6 +56,11 @@ let package = Package(
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "TestSupport",
         ]),
         .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault", "CofferSystem"]),
+        // The io_uring transport and the session's hooks with a file system, a logger and
+        // (where the kernel serves FUSE over io_uring) a real mount, in this process.
+        .testTarget(name: "UringTransportTests", dependencies: [
+            "CofferFUSE", "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", "TestSupport", logging,
+        ]),
         .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),

@@ -37,19 +37,21 @@ public final class FuseSession: @unchecked Sendable {
     /// Why `uring` cannot be had here, or nil.
     public static func uringUnavailableReason() -> String? { UringTransport.unavailableReason() }
 
-    private let fs: PlainFileSystem
     private let options: Options
     private let session: OpaquePointer?
     private let mounted = Atomic<Bool>(false)
     private let link: SessionLink
+    /// The session's context, libfuse's user data: the file system, the I/O hooks, the rings.
+    private let io: SessionIO
 
     /// Makes the session for `fs`; `link` is the one whose calls `fs` was given as its
     /// hooks (attributes changed, invalidate a node or an entry), and this session
     /// attaches to it.
     public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
-        self.fs = fs
         self.options = options
         self.link = link
+        let io = SessionIO(fs: fs)
+        self.io = io
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
         // libfuse splits options at commas and takes a backslash as an escape: a path
@@ -66,7 +68,7 @@ public final class FuseSession: @unchecked Sendable {
         session = cStrings.withUnsafeMutableBufferPointer { argv -> OpaquePointer? in
             var args = fuse_args(argc: Int32(argv.count), argv: argv.baseAddress, allocated: 0)
             return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
-                                    Unmanaged.passUnretained(fs).toOpaque())
+                                    Unmanaged.passUnretained(io).toOpaque())
         }
         guard let session else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
         link.attach(session)
@@ -96,7 +98,7 @@ public final class FuseSession: @unchecked Sendable {
         link.detach()
         if let session {
             if mounted.load(ordering: .acquiring) { fuse_session_unmount(session) }
-            SessionIO.stopRings()
+            io.stopRings()
             fuse_session_destroy(session)
         }
     }
@@ -120,13 +122,13 @@ public final class FuseSession: @unchecked Sendable {
         // Not fatal if refused: the kernel then keeps asking before writes and chowns,
         // and requests come through /dev/fuse.
         let settled = options.transportSettled
-        _ = SessionIO.install(on: session!, fd: fuse_session_fd(session), uring: uring,
-                                settled: { transport in settled(why.map { "\(transport) (not io_uring: \($0))" } ?? transport) })
+        _ = io.install(on: session!, fd: fuse_session_fd(session), uring: uring,
+                       settled: { transport in settled(why.map { "\(transport) (not io_uring: \($0))" } ?? transport) })
     }
 
     /// How requests reach the daemon now: "io_uring" or "/dev/fuse" (also before the
     /// kernel's first request, which settles it).
-    public var transport: String { SessionIO.usesUring ? "io_uring" : "/dev/fuse" }
+    public var transport: String { io.usesUring ? "io_uring" : "/dev/fuse" }
 
     /// Worker threads by default: 8, or two per core on machines with more than four.
     /// Most of a worker's time is spent waiting (for the backing disk, for the kernel),
@@ -161,6 +163,6 @@ public final class FuseSession: @unchecked Sendable {
         if mounted.exchange(false, ordering: .acquiringAndReleasing) {
             fuse_session_unmount(session)
         }
-        SessionIO.stopRings()
+        io.stopRings()
     }
 }
