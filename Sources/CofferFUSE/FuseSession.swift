@@ -24,6 +24,8 @@ public final class FuseSession: @unchecked Sendable {
         /// Told how requests come ("io_uring" or "/dev/fuse") once the kernel's first
         /// request has settled it.
         public var transportSettled: @Sendable (String) -> Void = { _ in }
+        /// The io_uring calls the rings' threads make (a test's may fail).
+        var ringCalls = UringTransport.RingCalls.kernel
         public init() {}
     }
 
@@ -43,6 +45,7 @@ public final class FuseSession: @unchecked Sendable {
     private let link: SessionLink
     /// The session's context, libfuse's user data: the file system, the I/O hooks, the rings.
     private let io: SessionIO
+    private let loop: ServingLoop
 
     /// Makes the session for `fs`; `link` is the one whose calls `fs` was given as its
     /// hooks (attributes changed, invalidate a node or an entry), and this session
@@ -50,7 +53,9 @@ public final class FuseSession: @unchecked Sendable {
     public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
         self.options = options
         self.link = link
-        let io = SessionIO(fs: fs)
+        let loop = ServingLoop()
+        self.loop = loop
+        let io = SessionIO(fs: fs, ringCalls: options.ringCalls, loop: loop)
         self.io = io
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
@@ -137,8 +142,8 @@ public final class FuseSession: @unchecked Sendable {
     public static let defaultThreads = min(64, max(8, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
 
     /// Serves requests on up to `threads` worker threads (libfuse starts them as
-    /// requests queue up and keeps them) until the mount goes away or a signal
-    /// arrives. The mount stays until `unmount()` (or deinit), so that the caller can
+    /// requests queue up and keeps them) until the mount goes away, a signal arrives,
+    /// or a ring fails (UringTransport). The mount stays until `unmount()` (or deinit), so that the caller can
     /// wipe its keys while a signalled mount is still there: whoever sees the mount
     /// gone also sees the keys gone. Returns libfuse's status (0: clean exit).
     @discardableResult
@@ -149,7 +154,7 @@ public final class FuseSession: @unchecked Sendable {
         fuse_loop_cfg_set_max_threads(config, UInt32(threads))
         // libfuse's default (-1): idle workers stay, so a burst does not pay for
         // thread creation again.
-        let status = fuse_session_loop_mt(session, config)
+        let status = loop.run { fuse_session_loop_mt(session, config) }
         fuse_remove_signal_handlers(session)
         // Nothing serves the kernel any more: an invalidation now (a lock on the idle
         // timer, a change by another writer) could wait for a write-back for ever.
@@ -164,5 +169,34 @@ public final class FuseSession: @unchecked Sendable {
             fuse_session_unmount(session)
         }
         io.stopRings()
+    }
+}
+
+/// The thread that runs a session's loop (`FuseSession.run`), so that a ring that fails
+/// can end the loop from its own thread, as SIGTERM would.
+final class ServingLoop: Sendable {
+    private let thread = Mutex<pthread_t?>(nil)
+
+    /// Runs `loop` on the calling thread, the one `end` interrupts.
+    func run(_ loop: () -> Int32) -> Int32 {
+        thread.withLock { $0 = pthread_self() }
+        defer { thread.withLock { $0 = nil } }
+        return loop()
+    }
+
+    /// Marks `session` ended and interrupts its loop's wait with SIGHUP, whose handler
+    /// (libfuse's, installed with the loop and removed after `run`) only marks it ended
+    /// too, until the loop has returned; the caller then goes on as after a signal. A
+    /// signal that comes just before the loop waits is missed, hence again every 20 ms.
+    /// Nothing once the loop has returned: the session may be gone by then.
+    func end(_ session: OpaquePointer) {
+        while thread.withLock({ thread in
+            thread.map {
+                fuse_session_exit(session)
+                return pthread_kill($0, SIGHUP)
+            }
+        }) != nil {
+            usleep(20_000)
+        }
     }
 }

@@ -30,6 +30,8 @@ import Synchronization
 final class SessionIO: @unchecked Sendable {
     let fs: PlainFileSystem
     private let logger: Logger
+    private let ringCalls: UringTransport.RingCalls
+    private let loop: ServingLoop
     private var session: OpaquePointer?
     private var fuseFD: Int32 = -1
     private var wantsUring = false
@@ -40,10 +42,12 @@ final class SessionIO: @unchecked Sendable {
     /// The running UringTransport (retained), or nil.
     private let uring = Atomic<UnsafeMutableRawPointer?>(nil)
 
-    /// The context of a session of `fs`.
-    init(fs: PlainFileSystem) {
+    /// The context of a session of `fs`; a ring that fails ends `loop`.
+    init(fs: PlainFileSystem, ringCalls: UringTransport.RingCalls, loop: ServingLoop) {
         self.fs = fs
         self.logger = fs.logger
+        self.ringCalls = ringCalls
+        self.loop = loop
     }
 
     /// The context libfuse hands back: the session's user data.
@@ -131,12 +135,18 @@ final class SessionIO: @unchecked Sendable {
     private func makeRings(for reply: fuse_init_out) -> UringTransport? {
         guard let session else { return nil }
         let address = UInt(bitPattern: session)
-        return try? UringTransport(
-            fuseFD: fuseFD, payloadCapacity: InitReply.payloadCapacity(for: reply), logger: logger,
-            dispatcher: { buffer, length in
-                var request = fuse_buf(size: length, flags: fuse_buf_flags(rawValue: 0), mem: buffer, fd: -1, pos: 0)
-                fuse_session_process_buf(OpaquePointer(bitPattern: address), &request)
-            })
+        do {
+            return try UringTransport(
+                fuseFD: fuseFD, payloadCapacity: InitReply.payloadCapacity(for: reply), calls: ringCalls, logger: logger,
+                dispatcher: { buffer, length in
+                    var request = fuse_buf(size: length, flags: fuse_buf_flags(rawValue: 0), mem: buffer, fd: -1, pos: 0)
+                    fuse_session_process_buf(OpaquePointer(bitPattern: address), &request)
+                },
+                failed: { [loop] in loop.end(OpaquePointer(bitPattern: address)!) })
+        } catch {
+            logger.error("io_uring: the rings could not be made (\(error)); requests come through /dev/fuse")
+            return nil
+        }
     }
 
     /// True once requests go through io_uring.

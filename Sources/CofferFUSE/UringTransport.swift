@@ -16,6 +16,12 @@
 // A reply goes into the buffer its request came in: a handler must not touch the
 // request's bytes once it has replied (FuseOperations.write zeroes the plaintext first);
 // a read may decipher straight into it (`replyArea`).
+//
+// A queue whose ring fails (a system call refused, every entry ended by the kernel, its
+// thread not started) would leave its CPU's requests waiting for ever: the kernel has no
+// way back to /dev/fuse once the rings serve. Its thread logs the failure once and has
+// the mount end (`failed`), as a signal would: the daemon unmounts and exits, and the
+// kernel ends every request still queued once the daemon's descriptors close.
 import CFuse
 import CLinux
 import CofferSystem
@@ -72,16 +78,24 @@ final class UringTransport: @unchecked Sendable {
     let queues: [Queue]
     /// Bytes an entry's payload holds: what the kernel requires of it.
     private let payloadCapacity: Int
+    private let calls: RingCalls
     private let logger: Logger
+    /// Ends the mount: a queue cannot go on. Called once, by the first queue that fails.
+    private let failed: @Sendable () -> Void
+    private let hasFailed = Atomic<Bool>(false)
 
     /// Makes one ring per possible CPU (or `queueCount`) with `depth` entries of
-    /// `payloadCapacity` bytes; nothing reaches the kernel before `start`.
+    /// `payloadCapacity` bytes; nothing reaches the kernel before `start`. `calls` are the
+    /// ring calls the threads make (a test's may fail); `failed` ends the mount.
     init(fuseFD: Int32, payloadCapacity: Int, queueCount: Int = UringTransport.possibleCPUs(),
-         logger: Logger, dispatcher: @escaping Dispatcher) throws {
+         calls: RingCalls = .kernel, logger: Logger, dispatcher: @escaping Dispatcher,
+         failed: @escaping @Sendable () -> Void) throws {
         self.fuseFD = fuseFD
         self.payloadCapacity = payloadCapacity
+        self.calls = calls
         self.logger = logger
         self.dispatcher = dispatcher
+        self.failed = failed
         var queues: [Queue] = []
         for index in 0..<queueCount {
             queues.append(try Queue(index: index, depth: Self.depth, payloadCapacity: payloadCapacity))
@@ -103,11 +117,15 @@ final class UringTransport: @unchecked Sendable {
     /// Starts the queues' threads, which register their entries: call once the INIT
     /// reply asking for io_uring has been written.
     func start() {
-        for queue in queues { queue.start { self.serve(queue) } }
+        for queue in queues {
+            let started = calls.startThread(queue) { self.serve(queue) }
+            if started != 0 { fail(queue, RingFailure(call: "pthread_create", code: started)) }
+        }
     }
 
     /// Ends the threads: after the unmount, whose abort of the connection ends every
-    /// entry (a thread that ended its ring while the mount lived would stall it).
+    /// entry (a thread that ended its ring while the mount lived would stall it; one that
+    /// failed has ended already, and had the mount end).
     func stop() {
         handedOff.wait()
         for queue in queues { queue.stop() }
@@ -141,9 +159,33 @@ final class UringTransport: @unchecked Sendable {
         // randread 31 k → 45 k (docs/PERFORMANCE.md). Where the CPU is offline or outside
         // this process's set, the thread runs wherever the scheduler puts it.
         _ = clinux_bind_thread_to_cpu(Int32(queue.index))
-        guard clinux_uring_enable(queue.ring) == 0 else { return }
-        for entry in queue.entries { submit(queue, Self.register, entry) }
-        submitWake(queue)
+        do {
+            try run(queue)
+        } catch {
+            fail(queue, error)
+        }
+    }
+
+    /// A ring call that failed, so that its queue cannot go on: the call and its errno.
+    struct RingFailure: Error {
+        let call: String
+        let code: Int32
+    }
+
+    /// Logs why `queue` cannot go on, once, and has the mount end (once for all queues),
+    /// from a thread of its own: the caller may be one of libfuse's workers (`start` runs
+    /// inside the INIT reply), which the loop's end cancels.
+    private func fail(_ queue: Queue, _ failure: RingFailure) {
+        logger.error("io_uring queue \(queue.index): \(failure.call) failed (\(Errno(failure.code).text)); this CPU's requests cannot be served any more, so the mount ends")
+        if !hasFailed.exchange(true, ordering: .acquiringAndReleasing) { DispatchQueue.global().async(execute: failed) }
+    }
+
+    /// Serves `queue` until the mount goes away or `stop`; throws what stopped it otherwise.
+    private func run(_ queue: Queue) throws(RingFailure) {
+        let enabled = calls.enable(queue.ring)
+        guard enabled == 0 else { throw RingFailure(call: "io_uring_register(ENABLE_RINGS)", code: -enabled) }
+        for entry in queue.entries { try submit(queue, Self.register, entry) }
+        try submitWake(queue)
         var live = queue.entries.count
         var stopping = false
         while live > 0 && !stopping {
@@ -155,38 +197,50 @@ final class UringTransport: @unchecked Sendable {
             // call of its own. While other threads serve reads of this queue, their
             // replies wake the thread (`commitLater`): it sleeps at once rather than
             // look for requests on the CPU those threads need.
-            let spin = queue.readsElsewhere.load(ordering: .relaxed) == 0
-            if !(spin && spinForCompletion(queue)) {
-                if clinux_uring_unsubmitted(queue.ring) > 0, clinux_uring_enter(queue.ring, 0) < 0 { break }
+            let found = queue.readsElsewhere.load(ordering: .relaxed) == 0 ? try spinForCompletion(queue) : false
+            if !found {
+                if clinux_uring_unsubmitted(queue.ring) > 0 { try enter(queue, wait: 0) }
                 wipeTakenReplies(queue)
-                if clinux_uring_enter(queue.ring, 1) < 0 { break }
+                try enter(queue, wait: 1)
             }
             wipeTakenReplies(queue)
             var tag: UInt64 = 0
             var result: Int32 = 0
-            while clinux_uring_next_completion(queue.ring, &tag, &result) == 1 {
+            while calls.nextCompletion(queue.ring, &tag, &result) {
                 if tag == Self.wakeTag {
+                    guard result >= 0 else { throw RingFailure(call: "the poll of the wake-up descriptor", code: -result) }
                     var count: UInt64 = 0
                     _ = Glibc.read(queue.wake, &count, 8)
                     stopping = queue.stopping.load(ordering: .acquiring)
-                    for index in queue.takeCommits() { submit(queue, Self.commitAndFetch, queue.entries[index]) }
-                    if !stopping { submitWake(queue) }
+                    for index in queue.takeCommits() { try submit(queue, Self.commitAndFetch, queue.entries[index]) }
+                    if !stopping { try submitWake(queue) }
                     continue
                 }
                 let entry = queue.entries[Int(tag)]
                 switch result {
                 case 0:
-                    dispatch(queue, entry)
+                    try dispatch(queue, entry)
                 case -EAGAIN, -EINTR:
                     // A register before the kernel finished INIT: again.
-                    submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
-                default:
-                    // -ENOTCONN, -ECONNABORTED: the mount went away. Anything else ends
-                    // the entry too; the kernel then serves with the ones left.
+                    try submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
+                case -ENOTCONN, -ECONNABORTED, -ENODEV:
+                    // The mount went away: the entry ends, and with the last the thread.
                     live -= 1
+                default:
+                    // The kernel refused the entry's command: the queue goes on with the
+                    // entries left (the kernel serves with those), and fails with none.
+                    live -= 1
+                    guard live > 0 else { throw RingFailure(call: "every entry's command (the last)", code: -result) }
+                    logger.warning("io_uring queue \(queue.index): the kernel ended entry \(entry.index)'s command (\(Errno(-result).text)); the queue goes on with \(live) entries")
                 }
             }
         }
+    }
+
+    /// Submits what is queued and, with `wait`, waits for a completion.
+    private func enter(_ queue: Queue, wait: UInt32) throws(RingFailure) {
+        let entered = calls.enter(queue.ring, wait)
+        guard entered >= 0 else { throw RingFailure(call: "io_uring_enter", code: -entered) }
     }
 
     /// How long a ring thread looks for the next request before it sleeps. A thread
@@ -198,11 +252,12 @@ final class UringTransport: @unchecked Sendable {
     static let spinSeconds = 50e-6
 
     /// Looks for a completion without sleeping for a while; true if one came.
-    private func spinForCompletion(_ queue: Queue) -> Bool {
+    private func spinForCompletion(_ queue: Queue) throws(RingFailure) -> Bool {
         let deadline = Sys.monotonicNow() + Self.spinSeconds
         repeat {
-            let found = clinux_uring_collect(queue.ring)
-            if found != 0 { return found > 0 }
+            let found = calls.collect(queue.ring)
+            guard found >= 0 else { throw RingFailure(call: "io_uring_enter", code: -found) }
+            if found > 0 { return true }
         } while Sys.monotonicNow() < deadline
         return false
     }
@@ -219,7 +274,7 @@ final class UringTransport: @unchecked Sendable {
     /// the operation's header just before the payload, in the slack the entry keeps
     /// there, with the entry's ticket for its unique ID — and has libfuse dispatch it;
     /// commits the reply if it came meanwhile.
-    private func dispatch(_ queue: Queue, _ entry: Entry) {
+    private func dispatch(_ queue: Queue, _ entry: Entry) throws(RingFailure) {
         let ring = entry.ringHeader
         let header = entry.inOut.load(as: fuse_in_header.self)
         let payloadSize = Int(ring.pointee.ring_ent_in_out.payload_sz)
@@ -229,7 +284,7 @@ final class UringTransport: @unchecked Sendable {
         guard (0...Int(CLINUX_FUSE_URING_OP_IN_OUT_SZ)).contains(opSize), payloadSize <= payloadCapacity else {
             // Not a request this code understands: refused, and the entry goes on.
             entry.setReply(unique: header.unique, error: -EIO, size: 0)
-            return submit(queue, Self.commitAndFetch, entry)
+            return try submit(queue, Self.commitAndFetch, entry)
         }
         let slack = Self.inHeaderSize + opSize, start = entry.payload - slack
         (start + Self.inHeaderSize).copyMemory(from: entry.opIn, byteCount: opSize)
@@ -252,7 +307,7 @@ final class UringTransport: @unchecked Sendable {
         } else {
             process(start, length: length, replyArea: isRead ? entry.payload : nil)
         }
-        if entry.handOver.finish() { submit(queue, Self.commitAndFetch, entry) }
+        if entry.handOver.finish() { try submit(queue, Self.commitAndFetch, entry) }
     }
 
     /// Where the calling thread's reply to the read it is serving goes out, if it serves
@@ -273,7 +328,7 @@ final class UringTransport: @unchecked Sendable {
         clinux_set_reply_area(nil, 0)
     }
 
-    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
+    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) throws(RingFailure) {
         if command == Self.commitAndFetch {
             if entry.reply.size > 0 && Self.repliesWithContents.contains(entry.opcode) {
                 queue.toWipe.append(entry)
@@ -283,12 +338,14 @@ final class UringTransport: @unchecked Sendable {
         }
         let commitID = command == Self.commitAndFetch ? entry.commitID : 0
         let buffers = command == Self.register ? UnsafePointer(entry.iov) : nil
-        // The ring has a slot per entry and one for the wake-up: it cannot be full.
-        _ = clinux_uring_fuse_command(queue.ring, fuseFD, command, UInt16(queue.index), commitID, buffers, UInt64(entry.index))
+        // The ring has a slot per entry and one for the wake-up: full means a bug.
+        let queued = calls.command(queue.ring, fuseFD, command, UInt16(queue.index), commitID, buffers, UInt64(entry.index))
+        guard queued == 0 else { throw RingFailure(call: "a ring command's submission", code: -queued) }
     }
 
-    private func submitWake(_ queue: Queue) {
-        _ = clinux_uring_poll_input(queue.ring, queue.wake, Self.wakeTag)
+    private func submitWake(_ queue: Queue) throws(RingFailure) {
+        let queued = calls.pollInput(queue.ring, queue.wake, Self.wakeTag)
+        guard queued == 0 else { throw RingFailure(call: "the wake-up poll's submission", code: -queued) }
     }
 }
 
@@ -317,6 +374,28 @@ struct RingTicket: Equatable {
 }
 
 extension UringTransport {
+    /// The ring calls a queue's thread makes (uring.c's, returning what those return: 0
+    /// or a count, else -errno) and how the thread is started (pthread_create's result):
+    /// given at init, so that a test can make one fail.
+    struct RingCalls: Sendable {
+        var enable: @Sendable (OpaquePointer) -> Int32 = { clinux_uring_enable($0) }
+        var command: @Sendable (_ ring: OpaquePointer, _ fuseFD: Int32, _ command: UInt32, _ queue: UInt16, _ commitID: UInt64,
+                                _ buffers: UnsafePointer<iovec>?, _ tag: UInt64) -> Int32 = {
+            clinux_uring_fuse_command($0, $1, $2, $3, $4, $5, $6)
+        }
+        var pollInput: @Sendable (_ ring: OpaquePointer, _ fd: Int32, _ tag: UInt64) -> Int32 = { clinux_uring_poll_input($0, $1, $2) }
+        var enter: @Sendable (_ ring: OpaquePointer, _ wait: UInt32) -> Int32 = { clinux_uring_enter($0, $1) }
+        /// 1 if a completion is there, 0 if not, or -errno.
+        var collect: @Sendable (OpaquePointer) -> Int32 = { clinux_uring_collect($0) }
+        var nextCompletion: @Sendable (_ ring: OpaquePointer, _ tag: inout UInt64, _ result: inout Int32) -> Bool = {
+            clinux_uring_next_completion($0, &$1, &$2) == 1
+        }
+        /// Starts `body` on the queue's own thread: 0, or pthread_create's error.
+        var startThread: @Sendable (Queue, @escaping @Sendable () -> Void) -> Int32 = { queue, body in queue.start(body) }
+
+        static let kernel = RingCalls()
+    }
+
     /// Who commits an entry's reply, handed over between the ring's thread, which
     /// dispatches the entry's request, and the thread that replies to it (the same one,
     /// or one that serves a large read): whichever of the two comes second.
@@ -497,15 +576,21 @@ extension UringTransport {
             close(wake)
         }
 
-        func start(_ body: @escaping @Sendable () -> Void) {
-            let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+        /// Starts the thread: 0, or pthread_create's error (and no thread).
+        func start(_ body: @escaping @Sendable () -> Void) -> Int32 {
+            let box = Unmanaged.passRetained(ThreadBody(body))
             var thread = pthread_t()
-            pthread_create(&thread, nil, { box in
+            let created = pthread_create(&thread, nil, { box in
                 let body = Unmanaged<ThreadBody>.fromOpaque(box!).takeRetainedValue()
                 body.run()
                 return nil
-            }, box)
+            }, box.toOpaque())
+            guard created == 0 else {
+                box.release()
+                return created
+            }
             self.thread = thread
+            return 0
         }
 
         func stop() {

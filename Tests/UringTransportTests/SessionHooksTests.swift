@@ -39,7 +39,7 @@ final class SessionHooksTests: XCTestCase {
     func connect() throws -> Connection {
         var ends: [Int32] = [-1, -1]
         XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &ends), 0)
-        let io = SessionIO(fs: fs)
+        let io = SessionIO(fs: fs, ringCalls: .kernel, loop: ServingLoop())
         var ops = FuseOperations.table()
         var argv = [strdup("coffer")]
         defer { argv.forEach { free($0) } }
