@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "CofferSystem", dependencies: ["CLinux"]),
         // Layer 3: the backing-directory format — config, key slots, headers, blocks,
         // names, the undo journal, fsck.
-        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CofferSystem", logging]),
+        .target(name: "CofferVault", dependencies: ["CofferCrypto", "CofferSystem"]),
         // Layer 3½: the plaintext file system — POSIX operations on nodes of a vault,
         // the key gate. FUSE-shaped (node ids, lookup counts) but imports no FUSE.
         .target(name: "CofferFileSystem", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", logging]),
@@ -40,11 +40,11 @@ let package = Package(
         .target(name: "CofferFUSE", dependencies: ["CFuse", "CLinux", "CofferFileSystem", "CofferVault", "CofferSystem", logging]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
         .target(name: "CofferGate", dependencies: [
-            "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", logging,
+            "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", logging,
         ]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CLinux", "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate",
+            "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate",
             "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
         // Helpers the unit tests share (a temporary directory).
@@ -56,7 +56,12 @@ let package = Package(
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "TestSupport",
         ]),
         .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault", "CofferSystem"]),
-        .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault", "CofferSystem"]),
+        // The io_uring transport and the session's hooks with a file system, a logger and
+        // (where the kernel serves FUSE over io_uring) a real mount, in this process.
+        .testTarget(name: "UringTransportTests", dependencies: [
+            "CofferFUSE", "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", "TestSupport", logging,
+        ]),
+        .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
     ],

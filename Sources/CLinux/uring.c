@@ -1,7 +1,8 @@
-// uring.c: a minimal io_uring for FUSE's ring commands, against the kernel's own UAPI
-// header. Swift cannot make the calls (syscall(2) is variadic) nor order the ring's
-// shared head and tail words (acquire loads, release stores); this file does both and
-// nothing more: one submitter per ring, 128-byte submission entries.
+// uring.c: a minimal io_uring for FUSE's ring commands, built on <linux/io_uring.h>
+// and on the FUSE ring structures CLinux.h declares as the kernel's header has them.
+// Swift cannot make the calls (syscall(2) is variadic) nor order the ring's shared head
+// and tail words (acquire loads, release stores); this file does both and nothing more:
+// one submitter per ring, 128-byte submission entries.
 //
 // A ring is made disabled, by whichever thread, and enabled by the one thread that will
 // submit to it (SINGLE_ISSUER). Its completions' work runs only inside that thread's
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -31,14 +33,13 @@ struct clinux_uring {
     unsigned local_tail, unsubmitted;
 };
 
-/// The kernel's command to a FUSE ring entry, placed in a 128-byte entry's command area
-/// (struct fuse_uring_cmd_req, Linux 6.14 and later).
-struct fuse_uring_cmd_req {
-    uint64_t flags;
-    uint64_t commit_id;
-    uint16_t qid;
-    uint8_t padding[6];
-};
+// The sizes include/uapi/linux/fuse.h gives these structures (Linux 6.14): a copy that
+// drifted from the kernel's fails here, not in a mount.
+_Static_assert(sizeof(struct clinux_fuse_uring_ent_in_out) == 32, "struct fuse_uring_ent_in_out");
+_Static_assert(sizeof(struct clinux_fuse_uring_req_header) == 288, "struct fuse_uring_req_header");
+_Static_assert(sizeof(struct clinux_fuse_uring_cmd_req) == 24, "struct fuse_uring_cmd_req");
+_Static_assert(offsetof(struct io_uring_sqe, cmd) + sizeof(struct clinux_fuse_uring_cmd_req) <= 2 * sizeof(struct io_uring_sqe),
+               "a FUSE command fits a 128-byte submission entry's command area");
 
 clinux_uring *clinux_uring_create(unsigned entries) {
     struct io_uring_params p;
@@ -131,7 +132,7 @@ int clinux_uring_fuse_command(clinux_uring *ring, int fuse_fd, unsigned command,
         sqe->len = 2;
     }
     sqe->user_data = user_data;
-    struct fuse_uring_cmd_req *request = (struct fuse_uring_cmd_req *)sqe->cmd;
+    struct clinux_fuse_uring_cmd_req *request = (struct clinux_fuse_uring_cmd_req *)sqe->cmd;
     request->commit_id = commit_id;
     request->qid = queue;
     publish(ring);

@@ -364,7 +364,7 @@ enum FuseOperations {
 }
 
 private func fs(_ req: fuse_req_t?) -> PlainFileSystem {
-    Unmanaged<PlainFileSystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    SessionIO.of(fuse_req_userdata(req)).fs
 }
 
 private func caller(_ req: fuse_req_t?) -> PlainFileSystem.Caller {

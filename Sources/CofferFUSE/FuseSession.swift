@@ -1,14 +1,14 @@
 // FuseSession owns one libfuse low-level session: it mounts a PlainFileSystem at a
 // mountpoint, serves it on a pool of threads until unmounted or signalled, and
-// unmounts. It can also tell the kernel to drop what it caches of the mount.
+// unmounts. Telling the kernel to drop what it caches of the mount is SessionLink's.
 import CFuse
 import CofferFileSystem
 import CofferSystem
 import Glibc
 import Synchronization
 
-/// Sendable, unchecked: `session` is set once in init and only read afterwards (libfuse's
-/// notify calls are safe from any thread); `mounted`, the one mutable field, is atomic.
+/// Sendable, unchecked: `session` is set once in init and only read afterwards;
+/// `mounted`, the one mutable field, is atomic.
 public final class FuseSession: @unchecked Sendable {
     public struct Options {
         /// Let users other than the mount owner in; the kernel then checks modes
@@ -24,6 +24,8 @@ public final class FuseSession: @unchecked Sendable {
         /// Told how requests come ("io_uring" or "/dev/fuse") once the kernel's first
         /// request has settled it.
         public var transportSettled: @Sendable (String) -> Void = { _ in }
+        /// The io_uring calls the rings' threads make (a test's may fail).
+        var ringCalls = UringTransport.RingCalls.kernel
         public init() {}
     }
 
@@ -37,18 +39,24 @@ public final class FuseSession: @unchecked Sendable {
     /// Why `uring` cannot be had here, or nil.
     public static func uringUnavailableReason() -> String? { UringTransport.unavailableReason() }
 
-    private let fs: PlainFileSystem
     private let options: Options
     private let session: OpaquePointer?
     private let mounted = Atomic<Bool>(false)
     private let link: SessionLink
+    /// The session's context, libfuse's user data: the file system, the I/O hooks, the rings.
+    private let io: SessionIO
+    private let loop: ServingLoop
 
-    /// Makes the session for `fs`; `link` is the one `fs` was given for its
-    /// attributes-changed hook, and this session attaches to it.
+    /// Makes the session for `fs`; `link` is the one whose calls `fs` was given as its
+    /// hooks (attributes changed, invalidate a node or an entry), and this session
+    /// attaches to it.
     public init(fs: PlainFileSystem, options: Options, link: SessionLink = SessionLink()) throws {
-        self.fs = fs
         self.options = options
         self.link = link
+        let loop = ServingLoop()
+        self.loop = loop
+        let io = SessionIO(fs: fs, ringCalls: options.ringCalls, loop: loop)
+        self.io = io
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()
         // libfuse splits options at commas and takes a backslash as an escape: a path
@@ -65,7 +73,7 @@ public final class FuseSession: @unchecked Sendable {
         session = cStrings.withUnsafeMutableBufferPointer { argv -> OpaquePointer? in
             var args = fuse_args(argc: Int32(argv.count), argv: argv.baseAddress, allocated: 0)
             return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size,
-                                    Unmanaged.passUnretained(fs).toOpaque())
+                                    Unmanaged.passUnretained(io).toOpaque())
         }
         guard let session else { throw Errno(EINVAL, "fuse_session_new (bad -o option?)") }
         link.attach(session)
@@ -95,7 +103,7 @@ public final class FuseSession: @unchecked Sendable {
         link.detach()
         if let session {
             if mounted.load(ordering: .acquiring) { fuse_session_unmount(session) }
-            SessionIO.stopRings()
+            io.stopRings()
             fuse_session_destroy(session)
         }
     }
@@ -119,13 +127,13 @@ public final class FuseSession: @unchecked Sendable {
         // Not fatal if refused: the kernel then keeps asking before writes and chowns,
         // and requests come through /dev/fuse.
         let settled = options.transportSettled
-        _ = SessionIO.install(on: session!, fd: fuse_session_fd(session), uring: uring,
-                                settled: { transport in settled(why.map { "\(transport) (not io_uring: \($0))" } ?? transport) })
+        _ = io.install(on: session!, fd: fuse_session_fd(session), uring: uring,
+                       settled: { transport in settled(why.map { "\(transport) (not io_uring: \($0))" } ?? transport) })
     }
 
     /// How requests reach the daemon now: "io_uring" or "/dev/fuse" (also before the
     /// kernel's first request, which settles it).
-    public var transport: String { SessionIO.usesUring ? "io_uring" : "/dev/fuse" }
+    public var transport: String { io.usesUring ? "io_uring" : "/dev/fuse" }
 
     /// Worker threads by default: 8, or two per core on machines with more than four.
     /// Most of a worker's time is spent waiting (for the backing disk, for the kernel),
@@ -134,8 +142,8 @@ public final class FuseSession: @unchecked Sendable {
     public static let defaultThreads = min(64, max(8, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
 
     /// Serves requests on up to `threads` worker threads (libfuse starts them as
-    /// requests queue up and keeps them) until the mount goes away or a signal
-    /// arrives. The mount stays until `unmount()` (or deinit), so that the caller can
+    /// requests queue up and keeps them) until the mount goes away, a signal arrives,
+    /// or a ring fails (UringTransport). The mount stays until `unmount()` (or deinit), so that the caller can
     /// wipe its keys while a signalled mount is still there: whoever sees the mount
     /// gone also sees the keys gone. Returns libfuse's status (0: clean exit).
     @discardableResult
@@ -146,7 +154,7 @@ public final class FuseSession: @unchecked Sendable {
         fuse_loop_cfg_set_max_threads(config, UInt32(threads))
         // libfuse's default (-1): idle workers stay, so a burst does not pay for
         // thread creation again.
-        let status = fuse_session_loop_mt(session, config)
+        let status = loop.run { fuse_session_loop_mt(session, config) }
         fuse_remove_signal_handlers(session)
         // Nothing serves the kernel any more: an invalidation now (a lock on the idle
         // timer, a change by another writer) could wait for a write-back for ever.
@@ -160,6 +168,35 @@ public final class FuseSession: @unchecked Sendable {
         if mounted.exchange(false, ordering: .acquiringAndReleasing) {
             fuse_session_unmount(session)
         }
-        SessionIO.stopRings()
+        io.stopRings()
+    }
+}
+
+/// The thread that runs a session's loop (`FuseSession.run`), so that a ring that fails
+/// can end the loop from its own thread, as SIGTERM would.
+final class ServingLoop: Sendable {
+    private let thread = Mutex<pthread_t?>(nil)
+
+    /// Runs `loop` on the calling thread, the one `end` interrupts.
+    func run(_ loop: () -> Int32) -> Int32 {
+        thread.withLock { $0 = pthread_self() }
+        defer { thread.withLock { $0 = nil } }
+        return loop()
+    }
+
+    /// Marks `session` ended and interrupts its loop's wait with SIGHUP, whose handler
+    /// (libfuse's, installed with the loop and removed after `run`) only marks it ended
+    /// too, until the loop has returned; the caller then goes on as after a signal. A
+    /// signal that comes just before the loop waits is missed, hence again every 20 ms.
+    /// Nothing once the loop has returned: the session may be gone by then.
+    func end(_ session: OpaquePointer) {
+        while thread.withLock({ thread in
+            thread.map {
+                fuse_session_exit(session)
+                return pthread_kill($0, SIGHUP)
+            }
+        }) != nil {
+            usleep(20_000)
+        }
     }
 }

@@ -7,32 +7,41 @@
 // carries INIT, FORGET, INTERRUPT and the notifications; SessionIO sends each reply the
 // way its request came.
 //
+// A request carries its entry to its reply: the unique ID libfuse sees is a `RingTicket`
+// naming the queue and the entry, which libfuse copies into the reply's header, and the
+// entry keeps the kernel's own ID for the reply it commits. (libfuse then cannot match
+// an INTERRUPT, which names the kernel's ID, to a ring request; coffer's handlers never
+// ask whether they were interrupted.)
+//
 // A reply goes into the buffer its request came in: a handler must not touch the
 // request's bytes once it has replied (FuseOperations.write zeroes the plaintext first);
 // a read may decipher straight into it (`replyArea`).
+//
+// A queue whose ring fails (a system call refused, every entry ended by the kernel, its
+// thread not started) would leave its CPU's requests waiting for ever: the kernel has no
+// way back to /dev/fuse once the rings serve. Its thread logs the failure once and has
+// the mount end (`failed`), as a signal would: the daemon unmounts and exits, and the
+// kernel ends every request still queued once the daemon's descriptors close.
 import CFuse
 import CLinux
 import CofferSystem
 import Dispatch
 import Glibc
+import Logging
 import Synchronization
 
 /// Sendable, unchecked: the queues and their entries are made in init and only read
-/// afterwards; what threads share in an entry is atomic, and the rest of an entry is
-/// touched by one thread at a time, in the order its `state` gives.
+/// afterwards; what threads share in an entry is atomic (`HandOver`), and the rest of an
+/// entry is touched by one thread at a time, in the order its hand-over gives.
 final class UringTransport: @unchecked Sendable {
     /// Requests each CPU's queue holds at once.
     static let depth = 8
-    /// The kernel's command numbers (enum fuse_uring_cmd).
-    private static let register: UInt32 = 1, commitAndFetch: UInt32 = 2
-    /// Offsets in an entry's header buffer (struct fuse_uring_req_header): the request's
-    /// and the reply's header, the operation's own header, the kernel's commit ID and
-    /// the payload's size.
-    private static let uniqueOffset = 8, opHeaderOffset = 128, commitIDOffset = 264, payloadSizeOffset = 272
-    private static let inHeaderSize = MemoryLayout<fuse_in_header>.size
-    private static let outHeaderSize = MemoryLayout<fuse_out_header>.size
-    /// Where a read's size is in its operation header (struct fuse_read_in).
-    private static let readSizeOffset = 16
+    private static let register = CLINUX_FUSE_IO_URING_CMD_REGISTER.rawValue
+    private static let commitAndFetch = CLINUX_FUSE_IO_URING_CMD_COMMIT_AND_FETCH.rawValue
+    static let inHeaderSize = MemoryLayout<fuse_in_header>.size
+    static let outHeaderSize = MemoryLayout<fuse_out_header>.size
+    /// Where a request's and a reply's header keep the unique ID (the same in both).
+    static let uniqueOffset = MemoryLayout<fuse_in_header>.offset(of: \.unique)!
     /// Reads of at least this many bytes are served by other threads (the queue's thread
     /// would otherwise wait for their disk and cipher alone); smaller ones in place,
     /// where a hand-off's wake-ups would cost more than they save. Writes stay in place:
@@ -58,29 +67,44 @@ final class UringTransport: @unchecked Sendable {
         return code == 0 ? nil : "io_uring is refused to this process (\(Errno(code).text))"
     }
 
-    private let session: OpaquePointer
+    /// Has libfuse dispatch the request laid out in `buffer` (its header first), `length`
+    /// bytes: `fuse_session_process_buf`, or a test's stand-in.
+    typealias Dispatcher = @Sendable (_ buffer: UnsafeMutableRawPointer, _ length: Int) -> Void
+
+    private let dispatcher: Dispatcher
     /// Large reads handed to other threads and not yet answered (`stop` waits for them).
     private let handedOff = DispatchGroup()
     private let fuseFD: Int32
-    private let queues: [Queue]
+    let queues: [Queue]
     /// Bytes an entry's payload holds: what the kernel requires of it.
     private let payloadCapacity: Int
+    private let calls: RingCalls
+    private let logger: Logger
+    /// Ends the mount: a queue cannot go on. Called once, by the first queue that fails.
+    private let failed: @Sendable () -> Void
+    private let hasFailed = Atomic<Bool>(false)
 
-    /// Makes one ring per possible CPU with `depth` entries of `payloadCapacity` bytes;
-    /// nothing reaches the kernel before `start`.
-    init(session: OpaquePointer, fuseFD: Int32, payloadCapacity: Int) throws {
-        self.session = session
+    /// Makes one ring per possible CPU (or `queueCount`) with `depth` entries of
+    /// `payloadCapacity` bytes; nothing reaches the kernel before `start`. `calls` are the
+    /// ring calls the threads make (a test's may fail); `failed` ends the mount.
+    init(fuseFD: Int32, payloadCapacity: Int, queueCount: Int = UringTransport.possibleCPUs(),
+         calls: RingCalls = .kernel, logger: Logger, dispatcher: @escaping Dispatcher,
+         failed: @escaping @Sendable () -> Void) throws {
         self.fuseFD = fuseFD
         self.payloadCapacity = payloadCapacity
+        self.calls = calls
+        self.logger = logger
+        self.dispatcher = dispatcher
+        self.failed = failed
         var queues: [Queue] = []
-        for index in 0..<Self.possibleCPUs() {
+        for index in 0..<queueCount {
             queues.append(try Queue(index: index, depth: Self.depth, payloadCapacity: payloadCapacity))
         }
         self.queues = queues
     }
 
     /// The kernel makes one queue per possible CPU (not per online one).
-    private static func possibleCPUs() -> Int {
+    static func possibleCPUs() -> Int {
         guard let text = try? Sys.readToEnd("/sys/devices/system/cpu/possible") else {
             return Int(sysconf(Int32(_SC_NPROCESSORS_CONF)))
         }
@@ -93,48 +117,36 @@ final class UringTransport: @unchecked Sendable {
     /// Starts the queues' threads, which register their entries: call once the INIT
     /// reply asking for io_uring has been written.
     func start() {
-        for queue in queues { queue.start { self.serve(queue) } }
+        for queue in queues {
+            let started = calls.startThread(queue) { self.serve(queue) }
+            if started != 0 { fail(queue, RingFailure(call: "pthread_create", code: started)) }
+        }
     }
 
     /// Ends the threads: after the unmount, whose abort of the connection ends every
-    /// entry (a thread that ended its ring while the mount lived would stall it).
+    /// entry (a thread that ended its ring while the mount lived would stall it; one that
+    /// failed has ended already, and had the mount end).
     func stop() {
         handedOff.wait()
         for queue in queues { queue.stop() }
     }
 
-    /// Takes the reply to a request that came through a ring: writes it into the
-    /// entry's buffers and has its thread commit it. Nil if no ring holds `unique`.
-    func reply(unique: UInt64, error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> Int? {
-        // A notification (unique 0) or an interrupt's reply (odd) never came through a ring.
-        guard unique != 0, unique & 1 == 0 else { return nil }
-        for queue in queues {
-            for entry in queue.entries where entry.unique.load(ordering: .acquiring) == unique {
-                guard entry.unique.compareExchange(expected: unique, desired: 0, ordering: .acquiringAndReleasing).exchanged
-                else { continue }
-                var size = 0
-                var error = error
-                for i in 1..<max(count, 1) where error == 0 {
-                    guard size + iov[i].iov_len <= payloadCapacity else { error = -EIO; break }
-                    // A read's data is already in place (`replyArea`).
-                    if let base = iov[i].iov_base, base != UnsafeRawPointer(entry.payload + size) {
-                        (entry.payload + size).copyMemory(from: base, byteCount: iov[i].iov_len)
-                    }
-                    size += iov[i].iov_len
-                }
-                if error != 0 { size = 0 }
-                entry.setReply(unique: unique, error: error, size: size)
-                // Replied while its thread dispatches it: the thread commits it. Later (a
-                // reply from another thread), the thread is woken to commit it.
-                if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.replied,
-                                                ordering: .acquiringAndReleasing).exchanged {
-                    entry.state.store(Entry.idle, ordering: .releasing)
-                    queue.commitLater(entry.index)
-                }
-                return Self.outHeaderSize + size
-            }
+    /// Takes the reply to the request `ticket` names: writes it into that entry's buffers
+    /// and has its thread commit it. Returns the bytes the reply counts.
+    func reply(_ ticket: RingTicket, error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> Int {
+        guard ticket.queue < queues.count, ticket.entry < queues[ticket.queue].entries.count else {
+            logger.error("io_uring: a reply names queue \(ticket.queue) entry \(ticket.entry), which do not exist: dropped")
+            return Self.outHeaderSize
         }
-        return nil
+        let queue = queues[ticket.queue], entry = queue.entries[ticket.entry]
+        guard let (size, dispatcherCommits) = entry.takeReply(error: error, iov, count: count) else {
+            logger.error("io_uring queue \(queue.index) entry \(entry.index): a second reply to one request: dropped")
+            return Self.outHeaderSize
+        }
+        // Replied while its thread dispatches it: the thread commits it. Later (a reply
+        // from another thread), the thread is woken to commit it.
+        if !dispatcherCommits { queue.commitLater(entry.index) }
+        return Self.outHeaderSize + size
     }
 
     /// The thread of `queue`: the only one that submits to its ring (the kernel copies
@@ -147,9 +159,33 @@ final class UringTransport: @unchecked Sendable {
         // randread 31 k → 45 k (docs/PERFORMANCE.md). Where the CPU is offline or outside
         // this process's set, the thread runs wherever the scheduler puts it.
         _ = clinux_bind_thread_to_cpu(Int32(queue.index))
-        guard clinux_uring_enable(queue.ring) == 0 else { return }
-        for entry in queue.entries { submit(queue, Self.register, entry) }
-        submitWake(queue)
+        do {
+            try run(queue)
+        } catch {
+            fail(queue, error)
+        }
+    }
+
+    /// A ring call that failed, so that its queue cannot go on: the call and its errno.
+    struct RingFailure: Error {
+        let call: String
+        let code: Int32
+    }
+
+    /// Logs why `queue` cannot go on, once, and has the mount end (once for all queues),
+    /// from a thread of its own: the caller may be one of libfuse's workers (`start` runs
+    /// inside the INIT reply), which the loop's end cancels.
+    private func fail(_ queue: Queue, _ failure: RingFailure) {
+        logger.error("io_uring queue \(queue.index): \(failure.call) failed (\(Errno(failure.code).text)); this CPU's requests cannot be served any more, so the mount ends")
+        if !hasFailed.exchange(true, ordering: .acquiringAndReleasing) { DispatchQueue.global().async(execute: failed) }
+    }
+
+    /// Serves `queue` until the mount goes away or `stop`; throws what stopped it otherwise.
+    private func run(_ queue: Queue) throws(RingFailure) {
+        let enabled = calls.enable(queue.ring)
+        guard enabled == 0 else { throw RingFailure(call: "io_uring_register(ENABLE_RINGS)", code: -enabled) }
+        for entry in queue.entries { try submit(queue, Self.register, entry) }
+        try submitWake(queue)
         var live = queue.entries.count
         var stopping = false
         while live > 0 && !stopping {
@@ -161,38 +197,50 @@ final class UringTransport: @unchecked Sendable {
             // call of its own. While other threads serve reads of this queue, their
             // replies wake the thread (`commitLater`): it sleeps at once rather than
             // look for requests on the CPU those threads need.
-            let spin = queue.readsElsewhere.load(ordering: .relaxed) == 0
-            if !(spin && spinForCompletion(queue)) {
-                if clinux_uring_unsubmitted(queue.ring) > 0, clinux_uring_enter(queue.ring, 0) < 0 { break }
+            let found = queue.readsElsewhere.load(ordering: .relaxed) == 0 ? try spinForCompletion(queue) : false
+            if !found {
+                if clinux_uring_unsubmitted(queue.ring) > 0 { try enter(queue, wait: 0) }
                 wipeTakenReplies(queue)
-                if clinux_uring_enter(queue.ring, 1) < 0 { break }
+                try enter(queue, wait: 1)
             }
             wipeTakenReplies(queue)
             var tag: UInt64 = 0
             var result: Int32 = 0
-            while clinux_uring_next_completion(queue.ring, &tag, &result) == 1 {
+            while calls.nextCompletion(queue.ring, &tag, &result) {
                 if tag == Self.wakeTag {
+                    guard result >= 0 else { throw RingFailure(call: "the poll of the wake-up descriptor", code: -result) }
                     var count: UInt64 = 0
                     _ = Glibc.read(queue.wake, &count, 8)
                     stopping = queue.stopping.load(ordering: .acquiring)
-                    for index in queue.takeCommits() { submit(queue, Self.commitAndFetch, queue.entries[index]) }
-                    if !stopping { submitWake(queue) }
+                    for index in queue.takeCommits() { try submit(queue, Self.commitAndFetch, queue.entries[index]) }
+                    if !stopping { try submitWake(queue) }
                     continue
                 }
                 let entry = queue.entries[Int(tag)]
                 switch result {
                 case 0:
-                    dispatch(queue, entry)
+                    try dispatch(queue, entry)
                 case -EAGAIN, -EINTR:
                     // A register before the kernel finished INIT: again.
-                    submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
-                default:
-                    // -ENOTCONN, -ECONNABORTED: the mount went away. Anything else ends
-                    // the entry too; the kernel then serves with the ones left.
+                    try submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
+                case -ENOTCONN, -ECONNABORTED, -ENODEV:
+                    // The mount went away: the entry ends, and with the last the thread.
                     live -= 1
+                default:
+                    // The kernel refused the entry's command: the queue goes on with the
+                    // entries left (the kernel serves with those), and fails with none.
+                    live -= 1
+                    guard live > 0 else { throw RingFailure(call: "every entry's command (the last)", code: -result) }
+                    logger.warning("io_uring queue \(queue.index): the kernel ended entry \(entry.index)'s command (\(Errno(-result).text)); the queue goes on with \(live) entries")
                 }
             }
         }
+    }
+
+    /// Submits what is queued and, with `wait`, waits for a completion.
+    private func enter(_ queue: Queue, wait: UInt32) throws(RingFailure) {
+        let entered = calls.enter(queue.ring, wait)
+        guard entered >= 0 else { throw RingFailure(call: "io_uring_enter", code: -entered) }
     }
 
     /// How long a ring thread looks for the next request before it sleeps. A thread
@@ -204,11 +252,12 @@ final class UringTransport: @unchecked Sendable {
     static let spinSeconds = 50e-6
 
     /// Looks for a completion without sleeping for a while; true if one came.
-    private func spinForCompletion(_ queue: Queue) -> Bool {
+    private func spinForCompletion(_ queue: Queue) throws(RingFailure) -> Bool {
         let deadline = Sys.monotonicNow() + Self.spinSeconds
         repeat {
-            let found = clinux_uring_collect(queue.ring)
-            if found != 0 { return found > 0 }
+            let found = calls.collect(queue.ring)
+            guard found >= 0 else { throw RingFailure(call: "io_uring_enter", code: -found) }
+            if found > 0 { return true }
         } while Sys.monotonicNow() < deadline
         return false
     }
@@ -217,62 +266,48 @@ final class UringTransport: @unchecked Sendable {
     /// (until then the kernel may not have taken them all).
     private func wipeTakenReplies(_ queue: Queue) {
         guard !queue.toWipe.isEmpty, clinux_uring_unsubmitted(queue.ring) == 0 else { return }
-        queue.toWipe.forEach(scrub)
+        queue.toWipe.forEach { $0.scrub() }
         queue.toWipe.removeAll(keepingCapacity: true)
-    }
-
-    /// Wipes what is left of `entry`'s last reply once the kernel has taken it: all of
-    /// it, or, if the kernel has already put the next request in (its header then holds
-    /// another unique), the part beyond that request. The kernel writes into an entry
-    /// only inside this thread's waiting enter (DEFER_TASKRUN), so nothing races this.
-    private func scrub(_ entry: Entry) {
-        let (unique, size) = entry.reply
-        entry.reply = (0, 0)
-        guard size > 0 else { return }
-        let next = entry.header.load(fromByteOffset: Self.uniqueOffset, as: UInt64.self) == unique ? 0
-            : min(size, Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self)))
-        if next < size { explicit_bzero(entry.payload + next, size - next) }
     }
 
     /// Lays the request in `entry` out as /dev/fuse would have given it — its header and
     /// the operation's header just before the payload, in the slack the entry keeps
-    /// there — and has libfuse dispatch it; commits the reply if it came meanwhile.
-    private func dispatch(_ queue: Queue, _ entry: Entry) {
-        let header = entry.header.load(as: fuse_in_header.self)
-        let payloadSize = Int(entry.header.load(fromByteOffset: Self.payloadSizeOffset, as: UInt32.self))
+    /// there, with the entry's ticket for its unique ID — and has libfuse dispatch it;
+    /// commits the reply if it came meanwhile.
+    private func dispatch(_ queue: Queue, _ entry: Entry) throws(RingFailure) {
+        let ring = entry.ringHeader
+        let header = entry.inOut.load(as: fuse_in_header.self)
+        let payloadSize = Int(ring.pointee.ring_ent_in_out.payload_sz)
         let opSize = Int(header.len) - Self.inHeaderSize - payloadSize
-        entry.commitID = entry.header.load(fromByteOffset: Self.commitIDOffset, as: UInt64.self)
+        entry.commitID = ring.pointee.ring_ent_in_out.commit_id
         entry.opcode = header.opcode
-        guard (0...128).contains(opSize), payloadSize <= payloadCapacity else {
+        guard (0...Int(CLINUX_FUSE_URING_OP_IN_OUT_SZ)).contains(opSize), payloadSize <= payloadCapacity else {
             // Not a request this code understands: refused, and the entry goes on.
             entry.setReply(unique: header.unique, error: -EIO, size: 0)
-            return submit(queue, Self.commitAndFetch, entry)
+            return try submit(queue, Self.commitAndFetch, entry)
         }
         let slack = Self.inHeaderSize + opSize, start = entry.payload - slack
-        (start + Self.inHeaderSize).copyMemory(from: entry.header + Self.opHeaderOffset, byteCount: opSize)
-        start.copyMemory(from: entry.header, byteCount: Self.inHeaderSize)
-        entry.state.store(Entry.dispatching, ordering: .releasing)
-        entry.unique.store(header.unique, ordering: .releasing)
+        (start + Self.inHeaderSize).copyMemory(from: entry.opIn, byteCount: opSize)
+        start.copyMemory(from: entry.inOut, byteCount: Self.inHeaderSize)
+        start.storeBytes(of: RingTicket(queue: queue.index, entry: entry.index).unique, toByteOffset: Self.uniqueOffset,
+                         as: UInt64.self)
+        entry.handOver.begin(header.unique)
         let isRead = header.opcode == FUSE_READ.rawValue, length = Int(header.len)
-        if isRead && entry.header.load(fromByteOffset: Self.opHeaderOffset + Self.readSizeOffset, as: UInt32.self) >= Self.handOffSize {
+        if isRead && entry.opIn.load(as: fuse_read_in.self).size >= Self.handOffSize {
             // The thread goes on fetching while another reads and deciphers: readahead
             // has the next request of a stream waiting, whose ciphertext is read from
             // the disk meanwhile.
             handedOff.enter()
             queue.readsElsewhere.add(1, ordering: .relaxed)
             DispatchQueue.global().async { [self] in
-                process(entry, length: length, slack: slack, isRead: isRead)
+                process(entry.payload - slack, length: length, replyArea: entry.payload)
                 queue.readsElsewhere.subtract(1, ordering: .relaxed)
                 handedOff.leave()
             }
         } else {
-            process(entry, length: length, slack: slack, isRead: isRead)
+            process(start, length: length, replyArea: isRead ? entry.payload : nil)
         }
-        if !entry.state.compareExchange(expected: Entry.dispatching, desired: Entry.awaiting,
-                                        ordering: .acquiringAndReleasing).exchanged {
-            entry.state.store(Entry.idle, ordering: .releasing)
-            submit(queue, Self.commitAndFetch, entry)
-        }
+        if entry.handOver.finish() { try submit(queue, Self.commitAndFetch, entry) }
     }
 
     /// Where the calling thread's reply to the read it is serving goes out, if it serves
@@ -285,17 +320,15 @@ final class UringTransport: @unchecked Sendable {
         return UnsafeMutableRawBufferPointer(start: area, count: size)
     }
 
-    /// Has libfuse dispatch the request laid out in the `slack` bytes before `entry`'s
-    /// payload and the payload, `length` bytes in all; a read gets the payload as its
-    /// reply area (it has no payload of its own).
-    private func process(_ entry: Entry, length: Int, slack: Int, isRead: Bool) {
-        var buffer = fuse_buf(size: length, flags: fuse_buf_flags(rawValue: 0), mem: entry.payload - slack, fd: -1, pos: 0)
-        clinux_set_reply_area(isRead ? entry.payload : nil, isRead ? payloadCapacity : 0)
-        fuse_session_process_buf(session, &buffer)
+    /// Has libfuse dispatch the request laid out at `start`, `length` bytes; a read gets
+    /// its entry's payload as its reply area (it has no payload of its own).
+    private func process(_ start: UnsafeMutableRawPointer, length: Int, replyArea: UnsafeMutableRawPointer?) {
+        clinux_set_reply_area(replyArea, replyArea == nil ? 0 : payloadCapacity)
+        dispatcher(start, length)
         clinux_set_reply_area(nil, 0)
     }
 
-    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) {
+    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) throws(RingFailure) {
         if command == Self.commitAndFetch {
             if entry.reply.size > 0 && Self.repliesWithContents.contains(entry.opcode) {
                 queue.toWipe.append(entry)
@@ -305,60 +338,205 @@ final class UringTransport: @unchecked Sendable {
         }
         let commitID = command == Self.commitAndFetch ? entry.commitID : 0
         let buffers = command == Self.register ? UnsafePointer(entry.iov) : nil
-        // The ring has a slot per entry and one for the wake-up: it cannot be full.
-        _ = clinux_uring_fuse_command(queue.ring, fuseFD, command, UInt16(queue.index), commitID, buffers, UInt64(entry.index))
+        // The ring has a slot per entry and one for the wake-up: full means a bug.
+        let queued = calls.command(queue.ring, fuseFD, command, UInt16(queue.index), commitID, buffers, UInt64(entry.index))
+        guard queued == 0 else { throw RingFailure(call: "a ring command's submission", code: -queued) }
     }
 
-    private func submitWake(_ queue: Queue) {
-        _ = clinux_uring_poll_input(queue.ring, queue.wake, Self.wakeTag)
+    private func submitWake(_ queue: Queue) throws(RingFailure) {
+        let queued = calls.pollInput(queue.ring, queue.wake, Self.wakeTag)
+        guard queued == 0 else { throw RingFailure(call: "the wake-up poll's submission", code: -queued) }
     }
 }
 
+/// The unique ID a ring request carries through libfuse to its reply, in place of the
+/// kernel's: the queue and the entry it came in. Its top bit tells it from the kernel's
+/// IDs (a counter, far below it) and it is even (odd IDs are interrupts' replies).
+struct RingTicket: Equatable {
+    let queue: Int
+    let entry: Int
+    private static let mark: UInt64 = 1 << 63
+
+    init(queue: Int, entry: Int) {
+        precondition(queue < 1 << 31 && entry < 1 << 31, "RingTicket: queue or entry out of range")
+        self.queue = queue
+        self.entry = entry
+    }
+
+    /// The ticket a reply's unique ID is, or nil for a request that came through /dev/fuse.
+    init?(unique: UInt64) {
+        guard unique & Self.mark != 0, unique & 1 == 0 else { return nil }
+        queue = Int((unique & ~Self.mark) >> 32)
+        entry = Int((unique & 0xFFFF_FFFF) >> 1)
+    }
+
+    var unique: UInt64 { Self.mark | UInt64(queue) << 32 | UInt64(entry) << 1 }
+}
+
 extension UringTransport {
-    /// One registered request slot: a header buffer and a payload buffer, with a page of
-    /// slack before the payload where a request is laid out whole.
-    final class Entry: @unchecked Sendable {
+    /// The ring calls a queue's thread makes (uring.c's, returning what those return: 0
+    /// or a count, else -errno) and how the thread is started (pthread_create's result):
+    /// given at init, so that a test can make one fail.
+    struct RingCalls: Sendable {
+        var enable: @Sendable (OpaquePointer) -> Int32 = { clinux_uring_enable($0) }
+        var command: @Sendable (_ ring: OpaquePointer, _ fuseFD: Int32, _ command: UInt32, _ queue: UInt16, _ commitID: UInt64,
+                                _ buffers: UnsafePointer<iovec>?, _ tag: UInt64) -> Int32 = {
+            clinux_uring_fuse_command($0, $1, $2, $3, $4, $5, $6)
+        }
+        var pollInput: @Sendable (_ ring: OpaquePointer, _ fd: Int32, _ tag: UInt64) -> Int32 = { clinux_uring_poll_input($0, $1, $2) }
+        var enter: @Sendable (_ ring: OpaquePointer, _ wait: UInt32) -> Int32 = { clinux_uring_enter($0, $1) }
+        /// 1 if a completion is there, 0 if not, or -errno.
+        var collect: @Sendable (OpaquePointer) -> Int32 = { clinux_uring_collect($0) }
+        var nextCompletion: @Sendable (_ ring: OpaquePointer, _ tag: inout UInt64, _ result: inout Int32) -> Bool = {
+            clinux_uring_next_completion($0, &$1, &$2) == 1
+        }
+        /// Starts `body` on the queue's own thread: 0, or pthread_create's error.
+        var startThread: @Sendable (Queue, @escaping @Sendable () -> Void) -> Int32 = { queue, body in queue.start(body) }
+
+        static let kernel = RingCalls()
+    }
+
+    /// Who commits an entry's reply, handed over between the ring's thread, which
+    /// dispatches the entry's request, and the thread that replies to it (the same one,
+    /// or one that serves a large read): whichever of the two comes second.
+    ///
+    ///     ring's thread: begin(unique) … dispatch …                 finish(): true → commit now
+    ///     replier:                  claim() … write reply … replied(): true → the ring's thread commits
+    ///                                                                 false → hand the commit to it
+    ///
+    /// `claim` lets one reply in per request. A reply that comes before `finish` leaves
+    /// the commit to `finish`; one after `finish` (state `awaiting`) hands it to the
+    /// ring's thread through `Queue.commitLater`. Tested alone in RingHandOverTests.
+    final class HandOver: Sendable {
         static let idle = 0, dispatching = 1, replied = 2, awaiting = 3
+        private let state = Atomic<Int>(HandOver.idle)
+        /// The kernel's ID of the request being served, until a reply claims it; else 0.
+        private let unique = Atomic<UInt64>(0)
+
+        /// The ring's thread, before it dispatches request `unique`.
+        func begin(_ unique: UInt64) {
+            state.store(Self.dispatching, ordering: .releasing)
+            self.unique.store(unique, ordering: .releasing)
+        }
+
+        /// A replier, before it writes the reply: the request's ID, or nil if a reply has
+        /// claimed it already (or none is being served).
+        func claim() -> UInt64? {
+            let held = unique.exchange(0, ordering: .acquiringAndReleasing)
+            return held == 0 ? nil : held
+        }
+
+        /// A replier, once its reply is written: true if the ring's thread is still
+        /// dispatching and will commit it, false if the replier must hand it the commit.
+        func replied() -> Bool {
+            if state.compareExchange(expected: Self.dispatching, desired: Self.replied, ordering: .acquiringAndReleasing).exchanged {
+                return true
+            }
+            state.store(Self.idle, ordering: .releasing)
+            return false
+        }
+
+        /// The ring's thread, once the dispatch returns: true if the reply came meanwhile
+        /// (commit it now), false if it comes later, from another thread.
+        func finish() -> Bool {
+            if state.compareExchange(expected: Self.dispatching, desired: Self.awaiting, ordering: .acquiringAndReleasing).exchanged {
+                return false
+            }
+            state.store(Self.idle, ordering: .releasing)
+            return true
+        }
+
+        /// Where the hand-over stands (for tests).
+        var current: Int { state.load(ordering: .acquiring) }
+    }
+
+    /// One registered request slot: a header buffer (struct fuse_uring_req_header) and a
+    /// payload buffer, with a page of slack before the payload where a request is laid
+    /// out whole.
+    final class Entry: @unchecked Sendable {
+        /// The header buffer's page, then the slack's.
+        private static let payloadOffset = 2 * 4096
         let index: Int
         let mapping: UnsafeMutableRawBufferPointer
-        var header: UnsafeMutableRawPointer { mapping.baseAddress! }
-        var payload: UnsafeMutableRawPointer { mapping.baseAddress! + 2 * 4096 }
+        let ringHeader: UnsafeMutablePointer<clinux_fuse_uring_req_header>
+        /// The request's header (struct fuse_in_header), then the reply's (fuse_out_header).
+        let inOut: UnsafeMutableRawPointer
+        /// The operation's own header (struct fuse_read_in…).
+        let opIn: UnsafeMutableRawPointer
+        var payload: UnsafeMutableRawPointer { mapping.baseAddress! + Self.payloadOffset }
+        let payloadCapacity: Int
         let iov: UnsafeMutablePointer<iovec>
-        /// The request the entry holds until its reply is taken, else 0.
-        let unique = Atomic<UInt64>(0)
-        let state = Atomic<Int>(Entry.idle)
+        let handOver = HandOver()
         /// What the kernel asked to be given back with the reply (its thread only).
         var commitID: UInt64 = 0
         /// The operation of the request it holds (its thread only).
         var opcode: UInt32 = 0
         /// The unique and payload size of the reply last written here, until wiped:
-        /// written by the replying thread before it hands the entry on (`state`).
+        /// written by the replying thread before it hands the entry on (`handOver`).
         var reply: (unique: UInt64, size: Int) = (0, 0)
-
-        /// Writes the reply header (the payload, `size` bytes, is already in place) and
-        /// notes the reply for `scrub`.
-        func setReply(unique: UInt64, error: Int32, size: Int) {
-            var out = fuse_out_header(len: UInt32(UringTransport.outHeaderSize + size), error: error, unique: unique)
-            header.copyMemory(from: &out, byteCount: UringTransport.outHeaderSize)
-            header.storeBytes(of: UInt32(size), toByteOffset: UringTransport.payloadSizeOffset, as: UInt32.self)
-            reply = (unique, size)
-        }
 
         init(index: Int, payloadCapacity: Int) throws {
             self.index = index
-            let size = 2 * 4096 + payloadCapacity
+            self.payloadCapacity = payloadCapacity
+            let size = Self.payloadOffset + payloadCapacity
             guard let base = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED
             else { throw Errno.current("mmap") }
             mapping = UnsafeMutableRawBufferPointer(start: base, count: size)
+            ringHeader = base.bindMemory(to: clinux_fuse_uring_req_header.self, capacity: 1)
+            inOut = base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.in_out)!
+            opIn = base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.op_in)!
             iov = .allocate(capacity: 2)
-            iov[0] = iovec(iov_base: base, iov_len: 288)
-            iov[1] = iovec(iov_base: base + 2 * 4096, iov_len: payloadCapacity)
+            iov[0] = iovec(iov_base: base, iov_len: MemoryLayout<clinux_fuse_uring_req_header>.size)
+            iov[1] = iovec(iov_base: base + Self.payloadOffset, iov_len: payloadCapacity)
         }
 
         deinit {
             // Pages given back are zeroed by the kernel before anyone else gets them.
             munmap(mapping.baseAddress!, mapping.count)
             iov.deallocate()
+        }
+
+        /// Writes the reply header (the payload, `size` bytes, is already in place) and
+        /// notes the reply for `scrub`.
+        func setReply(unique: UInt64, error: Int32, size: Int) {
+            var out = fuse_out_header(len: UInt32(UringTransport.outHeaderSize + size), error: error, unique: unique)
+            inOut.copyMemory(from: &out, byteCount: UringTransport.outHeaderSize)
+            ringHeader.pointee.ring_ent_in_out.payload_sz = UInt32(size)
+            reply = (unique, size)
+        }
+
+        /// Takes libfuse's reply (`iov[0]` its header, the rest the payload) to the
+        /// request the entry is serving: copies the payload in (a read's is in place
+        /// already, `replyArea`), writes the header with the kernel's ID, and hands the
+        /// entry over. The payload's size and whether the ring's thread commits it; nil if
+        /// the request has had its reply.
+        func takeReply(error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> (size: Int, dispatcherCommits: Bool)? {
+            guard let unique = handOver.claim() else { return nil }
+            var size = 0
+            var error = error
+            for i in 1..<max(count, 1) where error == 0 {
+                guard size + iov[i].iov_len <= payloadCapacity else { error = -EIO; break }
+                if let base = iov[i].iov_base, base != UnsafeRawPointer(payload + size) {
+                    (payload + size).copyMemory(from: base, byteCount: iov[i].iov_len)
+                }
+                size += iov[i].iov_len
+            }
+            if error != 0 { size = 0 }
+            setReply(unique: unique, error: error, size: size)
+            return (size, handOver.replied())
+        }
+
+        /// Wipes what is left of the last reply once the kernel has taken it: all of it,
+        /// or, if the kernel has already put the next request in (its header then holds
+        /// another unique), the part beyond that request. The kernel writes into an entry
+        /// only inside its thread's waiting enter (DEFER_TASKRUN), so nothing races this.
+        func scrub() {
+            let (unique, size) = reply
+            reply = (0, 0)
+            guard size > 0 else { return }
+            let next = inOut.load(fromByteOffset: UringTransport.uniqueOffset, as: UInt64.self) == unique ? 0
+                : min(size, Int(ringHeader.pointee.ring_ent_in_out.payload_sz))
+            if next < size { explicit_bzero(payload + next, size - next) }
         }
     }
 
@@ -385,8 +563,9 @@ extension UringTransport {
             wake = clinux_eventfd()
             guard wake >= 0 else { throw Errno.current("eventfd") }
             guard let ring = clinux_uring_create(UInt32(depth + 1)) else {
+                let error = Errno.current("io_uring_setup")
                 close(wake)
-                throw Errno.current("io_uring_setup")
+                throw error
             }
             self.ring = ring
         }
@@ -397,15 +576,21 @@ extension UringTransport {
             close(wake)
         }
 
-        func start(_ body: @escaping @Sendable () -> Void) {
-            let box = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
+        /// Starts the thread: 0, or pthread_create's error (and no thread).
+        func start(_ body: @escaping @Sendable () -> Void) -> Int32 {
+            let box = Unmanaged.passRetained(ThreadBody(body))
             var thread = pthread_t()
-            pthread_create(&thread, nil, { box in
+            let created = pthread_create(&thread, nil, { box in
                 let body = Unmanaged<ThreadBody>.fromOpaque(box!).takeRetainedValue()
                 body.run()
                 return nil
-            }, box)
+            }, box.toOpaque())
+            guard created == 0 else {
+                box.release()
+                return created
+            }
             self.thread = thread
+            return 0
         }
 
         func stop() {
@@ -435,4 +620,3 @@ extension UringTransport {
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 }
-

@@ -2,9 +2,10 @@
 // mkdir writes a directory's IV without an fsync, and of a directory made by an earlier
 // daemon (or moved since) nothing is known; so before an fsync below it is answered,
 // each directory on the backing path up to the vault root gets its IV fsynced — once
-// per directory and daemon. The path is walked by descriptor ("..", from the inode's
-// own directory), never by path name, so a rename at the same time cannot point it
-// at another directory.
+// per directory and daemon. A file's own directory is opened by the path the kernel
+// shows for its descriptor, and taken only if its entry there still is that inode; from
+// there the walk goes up by descriptor (".."), never by path name, so a rename at the
+// same time cannot point it at another directory.
 import CofferSystem
 import CofferVault
 import Glibc

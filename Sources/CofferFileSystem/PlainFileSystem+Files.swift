@@ -162,7 +162,7 @@ extension PlainFileSystem {
     /// Clears setuid, and setgid where it grants something, as the kernel does after a
     /// write, truncate or chown by a caller without CAP_FSETID: setgid goes if the group
     /// may execute, or if the caller is not in the file's group (the daemon sees only
-    /// the caller's primary group). Once KillPrivNegotiation has asked for
+    /// the caller's primary group). Once the FUSE bridge (SessionIO) has asked for
     /// FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to the file system; without it,
     /// doing it here as well changes nothing. `fd`: an open descriptor of the backing
     /// file, if there is one. True if the mode changed.

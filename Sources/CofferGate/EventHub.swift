@@ -40,7 +40,7 @@ public final class EventHub: Sendable {
     private let logger: Logger
 
     public init(logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
-        var pipe = try Sys.pipe()
+        let pipe = try Sys.pipe()
         wakeRead = pipe.read.release()
         wakeWrite = pipe.write.release()
         self.logger = logger

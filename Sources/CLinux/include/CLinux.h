@@ -130,6 +130,52 @@ int clinux_fanotify_next(const void *buffer, size_t length, size_t *offset, stru
 #include <stdint.h>
 #include <sys/uio.h>
 
+/// FUSE over io_uring's structures and commands, as include/uapi/linux/fuse.h has them
+/// since Linux 6.14, under the same names with the `clinux_` prefix (Debian 12's
+/// <linux/fuse.h> predates them). uring.c checks their sizes against the kernel's.
+#define CLINUX_FUSE_URING_IN_OUT_HEADER_SZ 128
+#define CLINUX_FUSE_URING_OP_IN_OUT_SZ 128
+
+/// The entry's own part of its header buffer (struct fuse_uring_ent_in_out).
+struct clinux_fuse_uring_ent_in_out {
+    uint64_t flags;
+    /// The commit ID to give back with the reply to the request in the entry.
+    uint64_t commit_id;
+    /// The bytes of the request's payload, and of the reply's.
+    uint32_t payload_sz;
+    uint32_t padding;
+    uint64_t reserved;
+};
+
+/// An entry's header buffer (struct fuse_uring_req_header): the request's header (struct
+/// fuse_in_header) or the reply's (struct fuse_out_header), the operation's own header
+/// (struct fuse_read_in…), and the entry's part.
+struct clinux_fuse_uring_req_header {
+    char in_out[CLINUX_FUSE_URING_IN_OUT_HEADER_SZ];
+    char op_in[CLINUX_FUSE_URING_OP_IN_OUT_SZ];
+    struct clinux_fuse_uring_ent_in_out ring_ent_in_out;
+};
+
+/// The commands to a FUSE ring entry (enum fuse_uring_cmd).
+enum clinux_fuse_uring_cmd {
+    CLINUX_FUSE_IO_URING_CMD_INVALID = 0,
+    /// Register the entry's buffers and fetch a request.
+    CLINUX_FUSE_IO_URING_CMD_REGISTER = 1,
+    /// Commit the reply in the entry and fetch the next request.
+    CLINUX_FUSE_IO_URING_CMD_COMMIT_AND_FETCH = 2,
+};
+
+/// A command's arguments, in a 128-byte submission entry's command area (struct
+/// fuse_uring_cmd_req).
+struct clinux_fuse_uring_cmd_req {
+    uint64_t flags;
+    /// The entry to commit (COMMIT_AND_FETCH).
+    uint64_t commit_id;
+    /// The queue the entry belongs to.
+    uint16_t qid;
+    uint8_t padding[6];
+};
+
 /// One io_uring with 128-byte submission entries (FUSE's ring commands need them) and
 /// twice as many completion slots. One thread submits to it, and the kernel completes
 /// its work only inside that thread's waiting `clinux_uring_enter`.
@@ -139,8 +185,8 @@ clinux_uring *clinux_uring_create(unsigned entries);
 /// Enables the ring for the calling thread, the only one to submit to it. 0 or -errno.
 int clinux_uring_enable(clinux_uring *ring);
 void clinux_uring_destroy(clinux_uring *ring);
-/// Queues FUSE ring command `command` (1: register `buffers`, two iovecs: header and
-/// payload; 2: commit the reply of `commit_id` and fetch the next request) for queue
+/// Queues FUSE ring command `command` (REGISTER `buffers`, two iovecs: header and
+/// payload; COMMIT_AND_FETCH the reply of `commit_id`) for queue
 /// `queue` of /dev/fuse descriptor `fuse_fd`. 0, or -EBUSY when the ring is full.
 int clinux_uring_fuse_command(clinux_uring *ring, int fuse_fd, unsigned command, uint16_t queue, uint64_t commit_id,
                               const struct iovec *buffers, uint64_t user_data);
