@@ -11,10 +11,15 @@ import Glibc
 extension PlainFileSystem {
     /// How names decode in `dir` (DirectoryNames): its own IV, and those of the conflict
     /// copies of its IV file made for it; in a directory made on two machines, with the
-    /// names its entries will settle to (one listing of it).
-    func names(of dir: Node, keys: Keys) throws -> DirectoryNames {
+    /// names its entries will settle to (one listing of it). `listed`: the names of a
+    /// listing of `dir` the caller has just made, which spares a listing to look for
+    /// conflict copies of the IV file where it shows none (nearly every directory).
+    func names(of dir: Node, keys: Keys, listed: [String]? = nil) throws -> DirectoryNames {
         let own = try directoryIV(dir, keys: keys)
-        let alternates = ((try? alternateIVs(dir, keys: keys)) ?? []).map { DirectoryNames.Alternate(fileName: $0.name, iv: $0.iv) }
+        let copies = listed.map { $0.contains(where: DirectoryIV.isConflictCopy) } ?? true
+        let alternates = !copies ? [] : ((try? alternateIVs(dir, keys: keys)) ?? []).map {
+            DirectoryNames.Alternate(fileName: $0.name, iv: $0.iv)
+        }
         return try DirectoryNames(keys.codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
     }
 
