@@ -165,7 +165,7 @@ final class OtherWritersTests: EndToEndCase {
         // A short arrival window for the daemon and fsck: a directory's change time
         // cannot be set back to make one stale.
         let vault = MountedVault(scratch: scratch)
-        vault.environment = ["COFFER_ARRIVAL_WINDOW": "4"]
+        vault.environment = ["COFFER_ARRIVAL_WINDOW": "10"]  // wide enough for a loaded machine
         vault.mount()
         let marker = ".sync-conflict-20261126-000000-ABCDEFG"
         assertOK(vault.sh(helpers + """
@@ -200,7 +200,7 @@ final class OtherWritersTests: EndToEndCase {
             [ "$(cat two/theirs) $(cat two/mine)" = "made there made here" ]
 
             mkdir stale; bo=$(backing stale); rm "$C/$bo/coffer.diriv"
-            sleep 4.5                                             # past the arrival window
+            sleep 10.5                                            # past the arrival window
             mkdir young; by=$(backing young); rm "$C/$by/coffer.diriv"
             case "$(ls stale 2>&1 || true)" in *'Input/output error'*) ;; *) echo "a directory without its IV past the window is not damage"; exit 1 ;; esac
             [ -z "$(ls young)" ]
