@@ -42,7 +42,7 @@ public final class Node: Sendable {
         var lastDirIV: [UInt8]?
         /// The IVs of the IV file's conflict copies (a directory made on two machines),
         /// by file name; nil until read.
-        var cachedAlternateIVs: [(name: String, iv: [UInt8])]?
+        var cachedAlternateIVs: [DirectoryNames.Alternate]?
         /// The directory this node was last entered in; unlike `parent`, kept through a
         /// lock (it names no plaintext), for the cache policy of OtherWriters.
         var directory: Node?
@@ -100,7 +100,7 @@ public final class Node: Sendable {
 
     /// The IVs of the IV file's conflict copies that `read` accepts, read once (one
     /// listing) and then cached.
-    func alternateIVs(read: () throws -> [(name: String, iv: [UInt8])]) throws -> [(name: String, iv: [UInt8])] {
+    func alternateIVs(read: () throws -> [DirectoryNames.Alternate]) throws -> [DirectoryNames.Alternate] {
         if let ivs = state.withLock({ $0.cachedAlternateIVs }) { return ivs }
         let ivs = try read()
         state.withLock { $0.cachedAlternateIVs = ivs }

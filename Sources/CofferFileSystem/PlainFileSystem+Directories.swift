@@ -53,18 +53,17 @@ extension PlainFileSystem {
     private func load(_ directory: OpenDirectory, keys: Keys) throws {
         let node = directory.node
         // ".." gets a placeholder inode number: 0 would make readdir(3) skip it.
+        var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
+                       ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         let listing = try Sys.readDirectory(node.fd)
         let names: DirectoryNames
         do {
             names = try self.names(of: node, keys: keys, listed: listing.map(\.name))
         } catch let error as Errno where error.code == ENOENT && DirectoryIV.isArriving(node.fd) {
             // Arriving from a sync engine: nothing in it can be read until its IV file comes.
-            directory.entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
-                                 ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
+            directory.entries = entries
             return
         }
-        var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
-                       ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         for backing in listing {
             do {
                 guard let decoded = try names.decode(backing.name, in: node.fd) else { continue }

@@ -86,11 +86,9 @@ extension PlainFileSystem {
             let iv: [UInt8]
             do {
                 let fd = try FileDescriptor.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-                let parentIV = try directoryIV(dir, keys: keys)
-                let places = keys.set.places
-                iv = try DirectoryIV.create(in: fd.rawValue, durable: false, tag: !bindsDirectories ? nil : {
-                    try places.directoryTag(iv: $0, parentIV: parentIV, name: name)
-                })
+                let place = Place(dirIV: try directoryIV(dir, keys: keys), name: name)
+                iv = try DirectoryIV.create(in: fd.rawValue, durable: false,
+                                            tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
                 try Sys.chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited)

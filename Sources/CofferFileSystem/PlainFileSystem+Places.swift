@@ -80,12 +80,9 @@ extension PlainFileSystem {
     /// SplitDirectories serves both and settles them).
     func giveIVIfArriving(_ dir: Node, keys: Keys) throws {
         guard !dir.hasDirectoryIV, dir !== nodes.root, DirectoryIV.isArriving(dir.fd), let (parent, name) = dir.entry else { return }
-        let parentIV = try directoryIV(parent, keys: keys)
-        let places = keys.set.places
+        let place = Place(dirIV: try directoryIV(parent, keys: keys), name: name)
         do {
-            try DirectoryIV.create(in: dir.fd, tag: !bindsDirectories ? nil : {
-                try places.directoryTag(iv: $0, parentIV: parentIV, name: name)
-            })
+            try DirectoryIV.create(in: dir.fd, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
             logger.notice("gave a directory that another program is still filling (backing inode \(dir.ino)) an IV of its own, to make an entry in it; the IV it arrives with will be settled beside it")
             dir.forgetDirectoryIV()  // read (and checked) anew, with any conflict copy beside it
         } catch let error as Errno where error.code == EEXIST {
@@ -97,15 +94,13 @@ extension PlainFileSystem {
     /// machines), read once; from format 5, only those made for this directory: one that
     /// was not (copied in from another directory) is logged as damage and ignored, and
     /// the names encrypted under it are not served.
-    func alternateIVs(_ dir: Node, keys: Keys) throws -> [(name: String, iv: [UInt8])] {
+    func alternateIVs(_ dir: Node, keys: Keys) throws -> [DirectoryNames.Alternate] {
         try dir.alternateIVs {
-            let copies = try DirectoryIV.alternates(in: dir.fd, bound: bindsDirectories)
-            guard bindsDirectories, !copies.isEmpty else { return copies.map { ($0.name, $0.record.iv) } }
-            return try copies.filter { copy in
-                if try fitsPlace(copy.record, of: dir, keys: keys) == true { return true }
+            try DirectoryIV.alternates(in: dir.fd, bound: bindsDirectories).filter { copy in
+                guard bindsDirectories, try fitsPlace(copy.record, of: dir, keys: keys) != true else { return true }
                 logger.error("damage: \(dir.plaintextPath) (backing inode \(dir.ino)): \(VaultError.directoryIVMisplaced(copy.name)); ignored, and the names encrypted under it are not shown")
                 return false
-            }.map { ($0.name, $0.record.iv) }
+            }.map { DirectoryNames.Alternate(fileName: $0.name, iv: $0.record.iv) }
         }
     }
 
@@ -238,7 +233,7 @@ extension PlainFileSystem {
         for ivFile in [DirectoryIV.fileName] + copies {
             guard let record = try? DirectoryIV.read(ivFile, in: fd.rawValue, bound: true),
                   try DirectoryBinding.fits(record, places: places, macs: macs) else { continue }
-            let new = try macs.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name)
+            let new = try macs.directoryTag(iv: record.iv, at: place)
             try DirectoryIV.rebind(ivFile, in: fd.rawValue, record: record, to: new)
             undo.append {
                 guard let moved = try? file.open(flags: O_PATH | O_DIRECTORY),
@@ -267,11 +262,7 @@ extension PlainFileSystem {
             fd = try file.open(flags: O_RDWR)
         } catch let error as Errno where error.code == EACCES {
             guard st.st_uid == geteuid() else { throw error }
-            let path = try file.open(flags: O_PATH)
-            try Sys.chmod(Sys.procPath(path.rawValue), (st.st_mode & 0o7777) | 0o600)
-            defer { try? Sys.chmod(Sys.procPath(path.rawValue), st.st_mode & 0o7777) }
-            let writable = try FileDescriptor.open(Sys.procPath(path.rawValue), flags: O_RDWR)
-            return try body(writable.rawValue)
+            return try file.open(flags: O_PATH).withReopened(flags: O_RDWR, owner: st, body)
         }
         return try body(fd.rawValue)
     }

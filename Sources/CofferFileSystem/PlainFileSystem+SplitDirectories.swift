@@ -17,9 +17,7 @@ extension PlainFileSystem {
     func names(of dir: Node, keys: Keys, listed: [String]? = nil) throws -> DirectoryNames {
         let own = try directoryIV(dir, keys: keys)
         let copies = listed.map { $0.contains(where: DirectoryIV.isConflictCopy) } ?? true
-        let alternates = !copies ? [] : ((try? alternateIVs(dir, keys: keys)) ?? []).map {
-            DirectoryNames.Alternate(fileName: $0.name, iv: $0.iv)
-        }
+        let alternates = !copies ? [] : (try? alternateIVs(dir, keys: keys)) ?? []
         return try DirectoryNames(keys.codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
     }
 

@@ -32,24 +32,13 @@ public enum ControlClient {
     }
 
     /// Subscribes to the events of the daemon at `path` (`delays`: this subscriber may
-    /// delay an announced lock until it sends `done`, `sendDone`): the connection, once the
-    /// daemon has answered (`Failure.refused` if it refused); read each event with
-    /// `nextEvent`.
+    /// delay an announced lock until it sends `{"op": "done"}`, docs/CONTROL.md): the
+    /// connection, once the daemon has answered (`Failure.refused` if it refused); read
+    /// each event with `nextEvent`.
     public static func subscribe(to path: String, delays: Bool = false) throws -> FileDescriptor {
-        let socket: FileDescriptor
-        do {
-            socket = try UnixSocket.connect(to: path)
-        } catch {
-            throw Failure.noDaemon(path)
-        }
-        let deadline = Deadline(seconds: timeout(for: .status))
-        guard Frames.write(socket.rawValue, Frames.encode(ControlRequest(op: .subscribe, delays: delays))) else {
-            throw Failure.noDaemon(path)
-        }
-        guard let body = try? Frames.readFrame(socket.rawValue, by: deadline) else {
-            throw deadline.remainingMilliseconds == 0 ? Failure.timedOut(timeout(for: .status)) : Failure.badAnswer
-        }
-        guard let response = try? JSONDecoder().decode(ControlResponse.self, from: Data(body)) else { throw Failure.badAnswer }
+        let socket = try connect(to: path)
+        let response = try exchange(ControlRequest(op: .subscribe, delays: delays), secret: nil, on: socket.rawValue,
+                                    seconds: timeout(for: .subscribe), path: path)
         guard response.ok else { throw Failure.refused(response) }
         return socket
     }
@@ -61,26 +50,29 @@ public enum ControlClient {
         return try? JSONDecoder().decode(Event.self, from: Data(body))
     }
 
-    /// Tells the daemon this subscriber is done with what it does before a lock.
-    public static func sendDone(_ subscription: borrowing FileDescriptor) -> Bool {
-        struct Done: Encodable { let op = "done" }
-        return Frames.write(subscription.rawValue, Frames.encode(Done()))
-    }
-
     /// Sends `request` (and `secret`, for unlock) to the socket at `path` and waits for
     /// the answer no longer than `timeout` seconds.
     public static func send(_ request: ControlRequest, secret: SecureBytes? = nil, to path: String,
                             timeout: Double? = nil) throws -> ControlResponse {
         let seconds = timeout ?? ControlRequest.Operation(rawValue: request.op).map(Self.timeout) ?? 10
-        let deadline = Deadline(seconds: seconds)
-        let socket: FileDescriptor
+        let socket = try connect(to: path)
+        UnixSocket.setTimeout(socket.rawValue, seconds: Int(seconds.rounded(.up)))
+        return try exchange(request, secret: secret, on: socket.rawValue, seconds: seconds, path: path)
+    }
+
+    private static func connect(to path: String) throws -> FileDescriptor {
         do {
-            socket = try UnixSocket.connect(to: path)
+            return try UnixSocket.connect(to: path)
         } catch {
             throw Failure.noDaemon(path)
         }
-        let fd = socket.rawValue
-        UnixSocket.setTimeout(fd, seconds: Int(seconds.rounded(.up)))
+    }
+
+    /// Sends `request` (and `secret`) on connection `fd` and reads the answer within
+    /// `seconds`.
+    private static func exchange(_ request: ControlRequest, secret: SecureBytes?, on fd: Int32, seconds: Double,
+                                 path: String) throws -> ControlResponse {
+        let deadline = Deadline(seconds: seconds)
         // A daemon that refuses (another user) answers without reading: if sending
         // fails, its answer may still be there to read.
         var sent = Frames.write(fd, Frames.encode(request))

@@ -138,12 +138,7 @@ public final class Gate: Sendable {
     /// only if no operation needed the keys for that many seconds (checked in the gate's
     /// turn, so an unlock in between wins). `detail` goes into the log line.
     public func lock(reason: Event.Reason, detail: String, ifIdleFor idle: Int64? = nil) {
-        let locked = inTurn { () -> Bool in
-            guard fs.isUnlocked, idle.map({ fs.idleSeconds >= $0 }) ?? true else { return false }
-            events?.publish(Event(.willLock, reason: reason, grace: 0))  // sent without waiting
-            return lock(reason: "\(reason.rawValue): \(detail)", ifIdleFor: idle, kernelCaches: true)
-        }
-        if locked { events?.publish(Event(.locked, reason: reason)) }
+        inTurn { lock(reason, logged: "\(reason.rawValue): \(detail)", ifIdleFor: idle, announce: true, kernelCaches: true) }
     }
 
     /// Locks after a grace of `grace` seconds, announced to subscribers (`will-lock` with
@@ -157,22 +152,24 @@ public final class Gate: Sendable {
         events?.publish(Event(.willLock, reason: reason, grace: grace))
         logger.notice("lock announced (\(reason.rawValue): \(detail)); it comes within \(Int(grace.rounded(.up))) s")
         events?.waitForDone(until: Sys.monotonicNow() + grace)
-        let locked = inTurn { () -> Bool in
-            guard state.withLock({ $0.since }) == since else { return false }
-            return lock(reason: "\(reason.rawValue): \(detail), announced", ifIdleFor: nil, kernelCaches: true)
+        inTurn {
+            guard state.withLock({ $0.since }) == since else { return }
+            lock(reason, logged: "\(reason.rawValue): \(detail), announced", ifIdleFor: nil, announce: false, kernelCaches: true)
         }
-        if locked { events?.publish(Event(.locked, reason: reason)) }
     }
 
-    /// True if it locked.
-    @discardableResult
-    private func lock(reason: String, ifIdleFor idle: Int64?, kernelCaches: Bool) -> Bool {
-        guard fs.isUnlocked else { return false }
-        if let idle, fs.idleSeconds < idle { return false }
+    /// Locks if the view is unlocked (and, with `idle`, no operation needed the keys for
+    /// that many seconds), in the gate's turn: subscribers hear `will-lock` first (with
+    /// `announce`; an announced lock was told before its grace) and `locked` after, both
+    /// sent without waiting. `logged` goes into the log line.
+    private func lock(_ reason: Event.Reason, logged: String, ifIdleFor idle: Int64?, announce: Bool, kernelCaches: Bool) {
+        guard fs.isUnlocked else { return }
+        if let idle, fs.idleSeconds < idle { return }
+        if announce { events?.publish(Event(.willLock, reason: reason, grace: 0)) }
         fs.lock(kernelCaches: kernelCaches)
         state.withLock { $0.since = Date() }
-        logger.notice("locked (\(reason)); keys wiped")
-        return true
+        logger.notice("locked (\(logged)); keys wiped")
+        events?.publish(Event(.locked, reason: reason))
     }
 
     /// Locks for good: the daemon is ending, its session no longer serves the kernel
@@ -181,11 +178,10 @@ public final class Gate: Sendable {
     /// server stopped) is refused.
     public func shutDown() {
         events?.publish(Event(.unmounting))
-        let locked = inTurn { () -> Bool in
+        inTurn {
             state.withLock { $0.closed = true }
-            return lock(reason: "unmounted", ifIdleFor: nil, kernelCaches: false)
+            lock(.unmount, logged: "unmounted", ifIdleFor: nil, announce: false, kernelCaches: false)
         }
-        if locked { events?.publish(Event(.locked, reason: .unmount)) }
         events?.stop()
     }
 

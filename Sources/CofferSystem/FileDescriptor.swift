@@ -51,6 +51,26 @@ public struct FileDescriptor: ~Copyable, Sendable {
         try FileDescriptor.open(Sys.procPath(rawValue), flags: flags)
     }
 
+    /// Runs `body` with the inode of this descriptor (typically O_PATH; `st` its stat)
+    /// opened anew with `flags` (a write mode), through /proc/self/fd. Where that is
+    /// refused (EACCES) and the file is this process's user's — coffer's own file, which
+    /// its owner made read-only, or an IV file (mode 0400) — it is made owner-writable for
+    /// the open and its mode put back after `body`.
+    public borrowing func withReopened<R>(flags: Int32, owner st: stat, _ body: (Int32) throws -> R) throws -> R {
+        let path = Sys.procPath(rawValue)
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(path, flags: flags)
+        } catch let error as Errno where error.code == EACCES {
+            guard st.st_uid == geteuid() else { throw error }
+            try Sys.chmod(path, (st.st_mode & 0o7777) | 0o600)
+            defer { try? Sys.chmod(path, st.st_mode & 0o7777) }
+            let writable = try FileDescriptor.open(path, flags: flags)
+            return try body(writable.rawValue)
+        }
+        return try body(fd.rawValue)
+    }
+
     /// Opens a backing file that coffer reads itself (config, directory IV, long-name
     /// sidecar, journal, content file during fsck): CIPHERDIR may be hostile, so the open
     /// never follows a symlink and never blocks (O_NONBLOCK: a FIFO would wait for a

@@ -76,17 +76,9 @@ public enum DirectoryIV {
         let st = try Sys.stat(path.rawValue)
         guard st.st_mode & S_IFMT == S_IFREG else { throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file") }
         let bytes = tag + record.tags[0]
-        func write() throws {
-            let fd = try FileDescriptor.open(Sys.procPath(path.rawValue), flags: O_WRONLY)
-            try bytes.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: Int64(NameCipher.ivSize)) }
-            try Sys.writeOut(fd.rawValue)
-        }
-        do {
-            try write()
-        } catch let error as Errno where error.code == EACCES && st.st_uid == geteuid() {
-            try Sys.chmod(Sys.procPath(path.rawValue), (st.st_mode & 0o7777) | 0o200)
-            defer { try? Sys.chmod(Sys.procPath(path.rawValue), st.st_mode & 0o7777) }
-            try write()
+        try path.withReopened(flags: O_WRONLY, owner: st) { fd in
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(NameCipher.ivSize)) }
+            try Sys.writeOut(fd)
         }
     }
 
@@ -114,10 +106,10 @@ public enum DirectoryIV {
     /// directory without its IV (mkdir renames it into place with its IV file in it), so
     /// only another program's directory can be arriving.
     public static func isArriving(_ dir: Int32) -> Bool {
-        if let file = try? Sys.stat(fileName, in: dir),
-           file.st_mode & S_IFMT != S_IFREG || file.st_size >= fileSize(bound: false) { return false }
+        let file = try? Sys.stat(fileName, in: dir)
+        if let file, file.st_mode & S_IFMT != S_IFREG || file.st_size >= fileSize(bound: false) { return false }
         guard let st = try? Sys.stat(dir) else { return false }
-        let changed = max(st.st_mtim.tv_sec, st.st_ctim.tv_sec, (try? Sys.stat(fileName, in: dir).st_mtim.tv_sec) ?? 0)
+        let changed = max(st.st_mtim.tv_sec, st.st_ctim.tv_sec, file?.st_mtim.tv_sec ?? 0)
         return time(nil) - changed < arrivalWindow
     }
 

@@ -107,9 +107,22 @@ public enum DirectoryBinding {
     public static func fits(_ record: DirectoryIV.Record, places: [Place], macs: PlaceMAC) throws -> Bool {
         guard !record.tags.isEmpty else { return true }
         for place in places {
-            let tag = try macs.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name)
+            let tag = try macs.directoryTag(iv: record.iv, at: place)
             if record.tags.contains(where: { PlaceMAC.equal($0, tag) }) { return true }
         }
         return false
+    }
+
+    /// What gives a new IV file (DirectoryIV.create) the tag of `place`.
+    public static func tagging(at place: Place, macs: PlaceMAC) -> ([UInt8]) throws -> [UInt8] {
+        { try macs.directoryTag(iv: $0, at: place) }
+    }
+}
+
+extension PlaceMAC {
+    /// The tag of directory IV `iv` at `place` (the parent's IV and the name; empty for
+    /// the root).
+    public func directoryTag(iv: [UInt8], at place: Place) throws -> [UInt8] {
+        try directoryTag(iv: iv, parentIV: place.dirIV, name: place.name)
     }
 }

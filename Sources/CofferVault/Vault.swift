@@ -103,7 +103,7 @@ public final class Vault: Sendable {
             let placeKey = master.subkey(.place)
             defer { placeKey.wipe() }
             let places = PlaceMAC(key: placeKey)
-            try DirectoryIV.create(in: root.rawValue) { try places.directoryTag(iv: $0, parentIV: [], name: []) }
+            try DirectoryIV.create(in: root.rawValue, tag: DirectoryBinding.tagging(at: Place.root, macs: places))
         } else {
             try DirectoryIV.create(in: root.rawValue)
         }

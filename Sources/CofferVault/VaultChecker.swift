@@ -123,10 +123,7 @@ public final class VaultChecker {
 
     /// Makes the IV file of `dir`, bound (format 5) to `place`.
     private func createIV(in dir: Int32, place: Place) throws {
-        let places = keys.places
-        try DirectoryIV.create(in: dir, tag: !bindsDirectories ? nil : {
-            try places.directoryTag(iv: $0, parentIV: place.dirIV, name: place.name)
-        })
+        try DirectoryIV.create(in: dir, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.places) : nil)
     }
 
     /// The backing directory of /lost+found, made (as mkdir makes one: under a temporary
@@ -217,18 +214,18 @@ public final class VaultChecker {
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }
         let orphans = Set(NameTransform.orphanSidecars(entries.map(\.name)))
         // Conflict copies of the IV file, only those made for this directory (format 5).
-        var alternates: [(name: String, iv: [UInt8])] = []
+        var alternates: [DirectoryNames.Alternate] = []
         var misplaced = Set<String>()
         for copy in (try? DirectoryIV.alternates(in: dir, bound: bindsDirectories)) ?? [] {
             if (try? DirectoryBinding.fits(copy.record, places: places, macs: keys.places)) == true {
-                alternates.append((copy.name, copy.record.iv))
+                alternates.append(.init(fileName: copy.name, iv: copy.record.iv))
             } else {
                 misplaced.insert(copy.name)
                 problem(path, "\(VaultError.directoryIVMisplaced(copy.name)); the names encrypted under it are not served", backingName: copy.name)
             }
         }
         // Names made on the other machine are under the IV it gave the directory.
-        let names = DirectoryNames(codecs.names, own: iv, alternates: alternates.map { .init(fileName: $0.name, iv: $0.iv) })
+        let names = DirectoryNames(codecs.names, own: iv, alternates: alternates)
         for entry in entries {
             if orphans.contains(entry.name) {
                 leftover(path, "orphan long-name sidecar, left by a crash (harmless)", backingName: entry.name) {
@@ -312,7 +309,7 @@ public final class VaultChecker {
         let fd = try FileDescriptor.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
         let record = try DirectoryIV.read(in: fd.rawValue, bound: true)
         try DirectoryIV.rebind(in: fd.rawValue, record: record,
-                               to: keys.places.directoryTag(iv: record.iv, parentIV: place.dirIV, name: place.name))
+                               to: keys.places.directoryTag(iv: record.iv, at: place))
     }
 
     /// From format 4: the content of `file` must belong to one of `places`, and its final
