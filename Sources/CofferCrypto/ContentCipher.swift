@@ -64,16 +64,71 @@ public struct ContentCipher: Sendable {
     /// BLAKE2b personalization of the per-file AES key (exactly 16 bytes).
     static let fileKeyPersonal = Array("coffer-aes-file1".utf8)
 
+    /// BLAKE2b personalization of the per-file XChaCha20-Poly1305 key (format 6; exactly 16 bytes).
+    static let xchachaFileKeyPersonal = Array("coffer-xch-file1".utf8)
+
     let key: SecureBytes
     public let algorithm: ContentAlgorithm
+    /// Every file's blocks are sealed under a key of its own, derived from the content
+    /// subkey and the file ID: always for AES-256-GCM, for XChaCha20-Poly1305 from
+    /// format 6 on (so that one file's key can outlive the lock: `fileCipher`).
+    public let perFileKeys: Bool
+    /// Set on a cipher that holds one file's key only (`fileCipher`): it refuses every
+    /// other file.
+    public let onlyFile: FileID?
 
     /// A cipher under the 32-byte content subkey. AES-256-GCM needs a CPU that has it:
     /// callers check `algorithm.isAvailable` first and refuse the vault with a message.
-    public init(key: SecureBytes, algorithm: ContentAlgorithm = .xchacha20poly1305) {
+    /// `perFileKeys` (format 6) derives XChaCha20-Poly1305 keys per file as AES's are.
+    public init(key: SecureBytes, algorithm: ContentAlgorithm = .xchacha20poly1305, perFileKeys: Bool = false) {
+        self.init(key: key, algorithm: algorithm, perFileKeys: perFileKeys || algorithm == .aes256gcm, onlyFile: nil)
+    }
+
+    private init(key: SecureBytes, algorithm: ContentAlgorithm, perFileKeys: Bool, onlyFile: FileID?) {
         precondition(key.count == Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES))
         precondition(algorithm.isAvailable, "\(algorithm.rawValue) is not available on this CPU")
         self.key = key
         self.algorithm = algorithm
+        self.perFileKeys = perFileKeys
+        self.onlyFile = onlyFile
+    }
+
+    /// A cipher for the blocks of `fileID` only, holding that file's key alone (in
+    /// sodium memory) and not the content subkey: what an `unless-open` file open at a
+    /// lock keeps (docs/FORMAT.md §4). Needs per-file keys; throws `keyRetired` once
+    /// this cipher's key is wiped. The caller retires the new cipher's key when done.
+    public func fileCipher(for fileID: FileID) throws -> ContentCipher {
+        precondition(perFileKeys, "a vault-wide content key has no per-file key")
+        if let onlyFile {
+            guard onlyFile == fileID else { throw CryptoError.keyRetired }
+            return self
+        }
+        let fileKey = SecureBytes(count: 32)
+        try key.lend { contentKey in Self.deriveFileKey(into: fileKey.bytes, from: contentKey, fileID: fileID, algorithm: algorithm) }
+        return ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID)
+    }
+
+    /// A copy of this cipher's key, for known-answer tests of a one-file cipher only.
+    public func keyBytesForTests() throws -> [UInt8] {
+        precondition(onlyFile != nil, "only a one-file cipher's key may be copied out")
+        return try key.lend { Array(UnsafeBufferPointer(start: $0, count: 32)) }
+    }
+
+    /// Zeroes this cipher's key for good (see `SecureBytes.retire`): a one-file cipher's
+    /// when its file closes.
+    public func retire() { key.retire() }
+
+    /// The key of one file: BLAKE2b-256(key: content subkey, salt: file ID, personal:
+    /// "coffer-aes-file1" or "coffer-xch-file1").
+    private static func deriveFileKey(into out: UnsafeMutablePointer<UInt8>, from contentKey: UnsafePointer<UInt8>,
+                                      fileID: FileID, algorithm: ContentAlgorithm) {
+        let personal = algorithm == .aes256gcm ? fileKeyPersonal : xchachaFileKeyPersonal
+        let rc = fileID.bytes.withUnsafeBufferPointer { salt in
+            personal.withUnsafeBufferPointer { personal in
+                crypto_generichash_blake2b_salt_personal(out, 32, nil, 0, contentKey, 32, salt.baseAddress, personal.baseAddress)
+            }
+        }
+        precondition(rc == 0, "crypto_generichash_blake2b_salt_personal failed")
     }
 
     /// What sealing and opening one file's blocks need: the content key itself
@@ -83,35 +138,32 @@ public struct ContentCipher: Sendable {
         let pointer: UnsafeRawPointer
     }
 
-    /// Lends the key for the blocks of `fileID` to `body`. For AES-256-GCM the file's
-    /// key is BLAKE2b-256(key: content subkey, salt: file ID, personal: "coffer-aes-file1"),
-    /// expanded into a stack buffer that is zeroed before this returns. Why not in
-    /// sodium_malloc memory: it lives for one call (about 0.3 µs to make), inside
-    /// `lend`, so a lock's wipe waits for it to be zeroed; and it shares the call's
-    /// stack with the plaintext it protects, so locking its page against swap would
-    /// protect nothing the plaintext buffers do not already expose.
+    /// Lends the key for the blocks of `fileID` to `body`: the content key itself
+    /// (XChaCha20-Poly1305 up to format 5), or the file's key (`deriveFileKey`, or held
+    /// by a one-file cipher), for AES-256-GCM expanded. A derived or expanded key lives
+    /// in a stack buffer that is zeroed before this returns. Why not in sodium_malloc
+    /// memory: it lives for one call (about 0.3 µs to make), inside `lend`, so a lock's
+    /// wipe waits for it to be zeroed; and it shares the call's stack with the plaintext
+    /// it protects, so locking its page against swap would protect nothing the plaintext
+    /// buffers do not already expose.
     private func withBlockKey<R>(fileID: FileID, _ body: (BlockKey) throws -> R) throws -> R {
         try key.lend { contentKey in
-            switch algorithm {
-            case .xchacha20poly1305:
-                return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(contentKey)))
-            case .aes256gcm:
-                let stateSize = crypto_aead_aes256gcm_statebytes()
-                return try withUnsafeTemporaryAllocation(byteCount: stateSize + 32, alignment: 16) { scratch in
-                    let state = scratch.baseAddress!
-                    let fileKey = (state + stateSize).assumingMemoryBound(to: UInt8.self)
-                    defer { sodium_memzero(state, scratch.count) }
-                    let rc = fileID.bytes.withUnsafeBufferPointer { salt in
-                        Self.fileKeyPersonal.withUnsafeBufferPointer { personal in
-                            crypto_generichash_blake2b_salt_personal(fileKey, 32, nil, 0, contentKey, 32,
-                                                                     salt.baseAddress, personal.baseAddress)
-                        }
-                    }
-                    precondition(rc == 0, "crypto_generichash_blake2b_salt_personal failed")
-                    _ = crypto_aead_aes256gcm_beforenm(state.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self), fileKey)
-                    sodium_memzero(fileKey, 32)
-                    return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(state)))
+            if let onlyFile, onlyFile != fileID { throw CryptoError.keyRetired }
+            let stateSize = algorithm == .aes256gcm ? crypto_aead_aes256gcm_statebytes() : 0
+            guard perFileKeys else { return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(contentKey))) }
+            return try withUnsafeTemporaryAllocation(byteCount: stateSize + 32, alignment: 16) { scratch in
+                let state = scratch.baseAddress!
+                let fileKey = (state + stateSize).assumingMemoryBound(to: UInt8.self)
+                defer { sodium_memzero(state, scratch.count) }
+                if onlyFile != nil {
+                    fileKey.update(from: contentKey, count: 32)
+                } else {
+                    Self.deriveFileKey(into: fileKey, from: contentKey, fileID: fileID, algorithm: algorithm)
                 }
+                guard algorithm == .aes256gcm else { return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(fileKey))) }
+                _ = crypto_aead_aes256gcm_beforenm(state.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self), fileKey)
+                sodium_memzero(fileKey, 32)
+                return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(state)))
             }
         }
     }

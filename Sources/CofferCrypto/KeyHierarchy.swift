@@ -63,8 +63,9 @@ public final class KeySet: Sendable {
     public let metadata: SealedBox
     public let places: PlaceMAC
 
-    public init(master: MasterKey, content algorithm: ContentAlgorithm) {
-        content = ContentCipher(key: master.subkey(.content), algorithm: algorithm)
+    /// `perFileKeys`: the vault's format seals each file under a key of its own (format 6).
+    public init(master: MasterKey, content algorithm: ContentAlgorithm, perFileKeys: Bool = false) {
+        content = ContentCipher(key: master.subkey(.content), algorithm: algorithm, perFileKeys: perFileKeys)
         names = NameCipher(macKey: master.subkey(.nameMAC), streamKey: master.subkey(.nameStream))
         xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
                                 streamKey: master.subkey(.xattrNameStream))

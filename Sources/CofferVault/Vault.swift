@@ -141,7 +141,9 @@ public final class Vault: Sendable {
     }
 
     /// The run-time keys of this vault (`checkCipherAvailable` first).
-    public func keys(from master: MasterKey) -> KeySet { KeySet(master: master, content: config.contentAlgorithm) }
+    public func keys(from master: MasterKey) -> KeySet {
+        KeySet(master: master, content: config.contentAlgorithm, perFileKeys: config.hasPerFileKeys)
+    }
 
     public typealias KeyDerivation = @Sendable (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes
 

@@ -12,12 +12,13 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// Whether backing entry `name` is a sync engine's conflict copy of the config.
     public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
     /// The newest format version this build writes (docs/FORMAT.md).
-    public static let currentFormat = 5
+    public static let currentFormat = 6
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
     /// targets, 2 from 3 only in having no AES-256-GCM, 3 from 4 in binding content to
     /// its place and authenticating its length (BlockLayout, PlaceBinding), 4 from 5 in
-    /// binding each directory's IV file to the directory's place (DirectoryBinding).
-    public static let supportedFormats = 1...5
+    /// binding each directory's IV file to the directory's place (DirectoryBinding), 5
+    /// from 6 in a content key per file and protection classes (ProtectionClass).
+    public static let supportedFormats = 1...6
 
     /// The oldest format that has `cipher`.
     public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {
@@ -57,6 +58,10 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     public var storesLongSymlinkTargets: Bool { format >= 2 }
     /// Each directory's IV file carries the tags binding it to its place (format 5 on).
     public var bindsDirectories: Bool { format >= 5 }
+    /// Each file's blocks are sealed under a key of its own, whatever the cipher (format 6 on).
+    public var hasPerFileKeys: Bool { format >= 6 }
+    /// Directories may have a protection class (format 6 on).
+    public var hasProtectionClasses: Bool { format >= 6 }
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String

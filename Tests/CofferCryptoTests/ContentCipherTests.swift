@@ -131,4 +131,50 @@ final class ContentCipherTests: XCTestCase {
             }
         }
     }
+
+    // MARK: Per-file keys (format 6)
+
+    /// A one-file cipher (what a lock leaves an unless-open file) opens and seals its
+    /// file's blocks exactly as the vault's cipher does, refuses every other file, and
+    /// refuses everything once retired.
+    func testAOneFileCipherServesItsFileOnlyUntilRetired() throws {
+        for algorithm in ContentAlgorithm.allCases where algorithm.isAvailable {
+            cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm, perFileKeys: true)
+            let vault = cipher, other = FileID.random()
+            let plain = Sodium.randomArray(count: 3 * 4096 + 5)
+            let sealedByVault = seal(plain), otherSealed = seal(plain, id: other)
+            let one = try vault.fileCipher(for: fileID)
+            cipher = one
+            XCTAssertEqual(try open(sealedByVault, plainLength: plain.count), plain, "\(algorithm)")
+            let sealedByOne = seal(plain)
+            cipher = vault
+            XCTAssertEqual(try open(sealedByOne, plainLength: plain.count), plain, "\(algorithm)")
+            cipher = one
+            XCTAssertThrowsError(try open(otherSealed, plainLength: plain.count, id: other)) {
+                XCTAssertEqual($0 as? CryptoError, .keyRetired, "\(algorithm)")
+            }
+            XCTAssertThrowsError(try one.fileCipher(for: other))
+            one.retire()
+            XCTAssertThrowsError(try open(sealedByVault, plainLength: plain.count)) {
+                XCTAssertEqual($0 as? CryptoError, .keyRetired, "\(algorithm)")
+            }
+        }
+    }
+
+    /// Format 6 seals XChaCha20-Poly1305 blocks under a key per file: a reader of the
+    /// vault-wide key (formats 1–5) cannot open them, nor the other way round.
+    func testFormat6SealsXChaChaBlocksUnderTheFilesOwnKey() throws {
+        let key = SecureBytes.random(count: 32)
+        let whole = ContentCipher(key: key, algorithm: .xchacha20poly1305)
+        let perFile = ContentCipher(key: key, algorithm: .xchacha20poly1305, perFileKeys: true)
+        XCTAssertFalse(whole.perFileKeys)
+        XCTAssertTrue(perFile.perFileKeys)
+        let plain = Sodium.randomArray(count: 100)
+        cipher = perFile
+        let sealed = seal(plain)
+        cipher = whole
+        XCTAssertThrowsError(try open(sealed, plainLength: plain.count))
+        cipher = perFile
+        XCTAssertEqual(try open(sealed, plainLength: plain.count), plain)
+    }
 }

@@ -70,6 +70,20 @@ final class FormatVectorTests: XCTestCase {
             }
             out.append(("content_block_3_aes256gcm", hex(aesBlock)))
         }
+        // Format 6: the same XChaCha20-Poly1305 block under the file's own key, and the
+        // class record (unless-open) of the directory with IV f0 … ff, nonce c0 … d7.
+        let v6 = KeySet(master: master, content: .xchacha20poly1305, perFileKeys: true)
+        var v6Block = [UInt8](repeating: 0, count: 140)
+        try plain.withUnsafeBytes { p in
+            try v6Block.withUnsafeMutableBytes {
+                try v6.content.sealBlockWithFixedNonce(p, blockIndex: 3, fileID: fileID, nonce: bytes(from: 0x40, count: 24), into: $0)
+            }
+        }
+        out.append(("file_key_xchacha_v6", hex(try v6.content.fileCipher(for: fileID).keyBytesForTests())))
+        out.append(("content_block_3_v6", hex(v6Block)))
+        out.append(("class_record_unless_open",
+                    hex(try ProtectionClass.unlessOpen.sealed(dirIV: bytes(from: 0xf0, count: 16), box: keys.metadata,
+                                                              nonce: bytes(from: 0xc0, count: 24)))))
 
         // Names in a directory whose IV is f0 f1 … ff.
         let dirIV = bytes(from: 0xf0, count: 16)

@@ -340,6 +340,17 @@ def content_block(k_content: bytes, file_id: bytes, index: int, nonce: bytes,
     return nonce + aead_seal(k_content, nonce, plaintext, file_id + u64(index))
 
 
+def xchacha_file_key(k_content: bytes, file_id: bytes) -> bytes:
+    """§4 format 6: K_file = BLAKE2b-32(key = K_content, empty, salt = file ID, personal = "coffer-xch-file1")."""
+    return hashlib.blake2b(b"", digest_size=32, key=k_content, salt=file_id,
+                           person=b"coffer-xch-file1").digest()
+
+
+def class_record(k_metadata: bytes, nonce: bytes, dir_iv: bytes, protection_class: int) -> bytes:
+    """§9 format 6: coffer.class = nonce(24) ‖ AEAD_seal(K_metadata, nonce, 01 ‖ class, AD = "coffer.class" ‖ 00 ‖ IV)."""
+    return nonce + aead_seal(k_metadata, nonce, bytes([1, protection_class]), b"coffer.class\x00" + dir_iv)
+
+
 # ---------------------------------------------------------------------------
 # §5 Names
 # ---------------------------------------------------------------------------
@@ -527,6 +538,15 @@ def main() -> int:
     check("content_block_3_aes256gcm",
           content_block_aes(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX,
                             BLOCK_NONCE[:12] + bytes(12), BLOCK_PLAINTEXT).hex())
+    # §4 format 6: XChaCha20-Poly1305 blocks under the file's own key
+    file_key = xchacha_file_key(keys[SUBKEY_CONTENT], FILE_ID)
+    check("file_key_xchacha_v6", file_key.hex())
+    check("content_block_3_v6", content_block(file_key, FILE_ID, BLOCK_INDEX, BLOCK_NONCE, BLOCK_PLAINTEXT).hex())
+    # §9 format 6: the class record of directory IV f0 … ff, unless-open, nonce c0 … d7
+    record = class_record(keys[SUBKEY_METADATA], SYMLINK_NONCE, DIR_IV, 1)
+    check("class_record_unless_open", record.hex())
+    opened = aead_open(keys[SUBKEY_METADATA], record[:24], record[24:], b"coffer.class\x00" + seq(0xE0, 0xEF))
+    check("roundtrip:class_record_refused_in_another_directory", repr(opened), repr(None))
 
     # §5 short name
     k_mac, k_stream = keys[SUBKEY_NAME_MAC], keys[SUBKEY_NAME_STREAM]

@@ -1,0 +1,108 @@
+// ProtectionClass is what a lock does to the files of a directory (format 6): `complete`
+// drops every key, `unlessOpen` keeps the key of each file open at the lock until it is
+// closed. A directory's class is its backing `coffer.class` file, sealed with the
+// metadata key and bound to the directory's IV (docs/FORMAT.md §9); no file means
+// `complete`, so a vault that never uses a class has none.
+import CofferCrypto
+import CofferSystem
+import Glibc
+
+public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
+    /// Every key is dropped at a lock (the only class up to format 5; the default).
+    case complete = 0
+    /// A file open at a lock stays usable through its descriptors until it is closed.
+    case unlessOpen = 1
+
+    /// Name of the class file in a backing directory.
+    public static let fileName = "coffer.class"
+    /// Version byte of the record's plaintext.
+    static let recordVersion: UInt8 = 1
+    /// Bytes of a class file: nonce (24) ‖ sealed version and class (2) ‖ tag (16).
+    public static let fileSize = SealedBox.overhead + 2
+
+    /// As the user writes it: `complete`, `unless-open`.
+    public var name: String {
+        switch self {
+        case .complete: return "complete"
+        case .unlessOpen: return "unless-open"
+        }
+    }
+
+    public init?(name: String) {
+        guard let found = Self.allCases.first(where: { $0.name == name }) else { return nil }
+        self = found
+    }
+
+    public static func < (a: ProtectionClass, b: ProtectionClass) -> Bool { a.rawValue < b.rawValue }
+
+    /// AD = "coffer.class" ‖ 0x00 ‖ the directory's IV: a class file moved into another
+    /// directory fails to open.
+    static func associatedData(dirIV: [UInt8]) -> [UInt8] { Array("coffer.class".utf8) + [0] + dirIV }
+
+    /// The sealed record of this class for the directory with IV `dirIV`. `nonce`: only
+    /// known-answer tests choose it.
+    public func sealed(dirIV: [UInt8], box: SealedBox, nonce: [UInt8]? = nil) throws -> [UInt8] {
+        try [Self.recordVersion, rawValue].withUnsafeBytes { plain in
+            let ad = Self.associatedData(dirIV: dirIV)
+            return try nonce.map { try box.seal(plain, associatedData: ad, nonce: $0) } ?? box.seal(plain, associatedData: ad)
+        }
+    }
+
+    /// Opens a sealed record of the directory with IV `dirIV`.
+    public static func open(_ sealed: [UInt8], dirIV: [UInt8], box: SealedBox) throws -> ProtectionClass {
+        let what = "protection class"
+        guard sealed.count == fileSize else { throw VaultError.metadataDamaged(what: what) }
+        let plain: [UInt8]
+        do {
+            plain = try box.openPublic(sealed, associatedData: associatedData(dirIV: dirIV), what: what)
+        } catch CryptoError.sealedAuthenticationFailed {
+            throw VaultError.metadataDamaged(what: what)
+        }
+        guard plain[0] == recordVersion, let found = ProtectionClass(rawValue: plain[1]) else {
+            throw VaultError.metadataDamaged(what: what)
+        }
+        return found
+    }
+
+    /// Whether backing entry `name` is a sync engine's conflict copy of a class file (the
+    /// class was set on two machines at once).
+    public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
+
+    /// The class of backing directory `dir` (IV `dirIV`): no class file is `complete`;
+    /// else the strictest of the class file and its conflict copies (two machines set
+    /// the class at once: the stricter holds until the owner sets it again). A damaged
+    /// record throws `metadataDamaged`; the caller then takes the directory as
+    /// `complete`, which is never less safe. `entries`: a listing of `dir` already made,
+    /// to look for copies in (nil: listed here, and only if the class file is there).
+    public static func read(in dir: Int32, dirIV: [UInt8], box: SealedBox, entries: [String]? = nil) throws -> ProtectionClass {
+        guard let own = try readRecord(fileName, in: dir, dirIV: dirIV, box: box) else { return .complete }
+        let copies = try (entries ?? Sys.listDirectory(dir)).filter(isConflictCopy).sorted()
+        return try copies.compactMap { try readRecord($0, in: dir, dirIV: dirIV, box: box) }.reduce(own, min)
+    }
+
+    /// The record in file `name` of `dir`, nil if there is none.
+    private static func readRecord(_ name: String, in dir: Int32, dirIV: [UInt8], box: SealedBox) throws -> ProtectionClass? {
+        do {
+            return try open(try Sys.readFile(name, in: dir, limit: 256), dirIV: dirIV, box: box)
+        } catch let error as Errno where error.code == ENOENT {
+            return nil
+        } catch let error as Errno where error.code == EINVAL || error.code == ELOOP {
+            throw VaultError.metadataDamaged(what: "protection class (\(name) is not a regular file)")
+        }
+    }
+
+    /// Sets the class of backing directory `dir`: `complete` removes the class file,
+    /// another class replaces it atomically (temp file, fsync, rename, fsync of the
+    /// directory). Conflict copies of the file go: the owner's new choice settles them.
+    public func write(in dir: Int32, dirIV: [UInt8], box: SealedBox) throws {
+        if self == .complete {
+            do {
+                try Sys.unlink(Self.fileName, in: dir)
+            } catch let error as Errno where error.code == ENOENT {}
+        } else {
+            try AtomicFile.write(try sealed(dirIV: dirIV, box: box), to: Self.fileName, in: dir, mode: 0o400)
+        }
+        for copy in try Sys.listDirectory(dir).filter(Self.isConflictCopy) { try? Sys.unlink(copy, in: dir) }
+        try AtomicFile.syncDirectory(dir)
+    }
+}
