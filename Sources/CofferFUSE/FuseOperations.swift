@@ -339,7 +339,7 @@ enum FuseOperations {
                          _ size: Int, _ flags: Int32) {
         replying(req) {
             let data = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            try fs(req).setxattr(ino, name: bytes(name), value: data, flags: flags)
+            try fs(req).setxattr(ino, name: bytes(name), value: data, flags: flags, caller: caller(req))
             replyDone(req)
         }
     }
@@ -357,7 +357,7 @@ enum FuseOperations {
 
     static func removexattr(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         replying(req) {
-            try fs(req).removexattr(ino, name: bytes(name))
+            try fs(req).removexattr(ino, name: bytes(name), caller: caller(req))
             replyDone(req)
         }
     }

@@ -1,5 +1,6 @@
 // Node is one backing inode the kernel knows about: an O_PATH descriptor and the
 // per-inode state shared by every open file of it (its lookup count is the NodeTable's).
+import CofferCrypto
 import CofferSystem
 import CofferVault
 import Glibc
@@ -34,6 +35,10 @@ public final class Node: Sendable {
     /// it): its open files keep working, as on a local file system. Any other way an
     /// inode loses its last name is another program's doing.
     let removedThroughMount = Atomic<Bool>(false)
+
+    /// The open files of this inode, and the key a lock left it (an `unless-open` file
+    /// open at the lock: PlainFileSystem+Classes); a leaf lock.
+    private let opened = Mutex<(count: Int, keptKey: ContentCipher?)>((0, nil))
 
     private struct State: Sendable {
         var cachedDirIV: [UInt8]?
@@ -86,6 +91,40 @@ public final class Node: Sendable {
         }
         return iv
     }
+
+    /// An open file of this inode was made.
+    func fileOpened() { opened.withLock { $0.count += 1 } }
+
+    /// An open file of this inode ended: with the last one, a key the lock left goes
+    /// (zeroed; an operation still using it fails instead).
+    func fileClosed() {
+        let ending = opened.withLock { opened -> ContentCipher? in
+            opened.count -= 1
+            guard opened.count == 0 else { return nil }
+            defer { opened.keptKey = nil }
+            return opened.keptKey
+        }
+        ending?.retire()
+    }
+
+    /// Whether any open file of this inode is left.
+    var isOpen: Bool { opened.withLock { $0.count > 0 } }
+
+    /// Leaves this inode `key`, its own key, through a lock: kept while a file of it is
+    /// open (false, and the key zeroed, if none is, or if it already has one).
+    @discardableResult
+    func keep(_ key: ContentCipher) -> Bool {
+        let kept = opened.withLock { opened -> Bool in
+            guard opened.count > 0, opened.keptKey == nil else { return false }
+            opened.keptKey = key
+            return true
+        }
+        if !kept { key.retire() }
+        return kept
+    }
+
+    /// The key a lock left this inode, while one of its files is open.
+    var keptKey: ContentCipher? { opened.withLock { $0.keptKey } }
 
     /// Marks the file as checked after a crash; false if it already was.
     func markCrashChecked() -> Bool {

@@ -89,6 +89,7 @@ extension PlainFileSystem {
                 let place = Place(dirIV: try directoryIV(dir, keys: keys), name: name)
                 iv = try DirectoryIV.create(in: fd.rawValue, durable: false,
                                             tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+                try inheritClass(from: dir, into: fd.rawValue, iv: iv, keys: keys)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
                 try Sys.chmod(Sys.procPath(fd.rawValue), mode & 0o7777 | inherited)
@@ -311,9 +312,11 @@ extension PlainFileSystem {
     }
 
     /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.
+    /// A file a lock left its key (open at the lock, in an `unless-open` directory) is
+    /// still changed while locked.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
-        try withKeys { keys in
-            let node = nodes.node(id)
+        let node = nodes.node(id)
+        return try withContentKey(node) { cipher in
             if let mode = changes.mode, !node.isSymlink {
                 try Sys.chmod(node.procPath, mode & 0o7777)
             }
@@ -326,7 +329,7 @@ extension PlainFileSystem {
                 try withWritableDescriptor(node, handle: handle) { fd in
                     try reportingDamage(node) {
                         try node.contentLock.writing {
-                            try content(fd, of: node, keys: keys, safety: rewriteSafety(node)).truncate(to: size)
+                            try content(fd, of: node, cipher: cipher, safety: rewriteSafety(node)).truncate(to: size)
                         }
                     }
                 }

@@ -20,7 +20,10 @@ final class OpenFile {
         descriptor = fd
         self.writable = writable
         self.synchronous = synchronous
+        node.fileOpened()
     }
+
+    deinit { node.fileClosed() }
 
     /// Retains this file and returns its handle for the kernel; each call needs its own
     /// `release`, so call it once, where the handle is handed out.
@@ -128,19 +131,19 @@ extension PlainFileSystem {
 
     /// Reads up to `buffer.count` bytes at `offset`; a damaged block in the range is EIO.
     public func read(_ handle: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
-        try withKeys { keys in
-            let file = OpenFile.borrow(handle)
-            return try reportingDamage(file.node) {
+        let file = OpenFile.borrow(handle)
+        return try withContentKey(file.node) { cipher in
+            try reportingDamage(file.node) {
                 try file.node.contentLock.reading {
-                    try content(file.fd, of: file.node, keys: keys).read(into: buffer, at: offset)
+                    try content(file.fd, of: file.node, cipher: cipher).read(into: buffer, at: offset)
                 }
             }
         }
     }
 
     public func write(_ handle: UInt64, _ data: UnsafeRawBufferPointer, at offset: Int64, caller: Caller) throws -> Int {
-        try withKeys { keys in
-            let file = OpenFile.borrow(handle)
+        let file = OpenFile.borrow(handle)
+        return try withContentKey(file.node) { cipher in
             guard file.writable else { throw Errno(EBADF, "write") }
             // Before the write, so that a refused write lands nowhere (the orphaned inode
             // would give its bytes to a read on the same descriptor); after it too, for a
@@ -149,7 +152,7 @@ extension PlainFileSystem {
             try refuseIfRemovedByOthers(file)
             try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
-                    try content(file.fd, of: file.node, keys: keys,
+                    try content(file.fd, of: file.node, cipher: cipher,
                                 safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
@@ -183,8 +186,8 @@ extension PlainFileSystem {
 
     /// fsync(2)/fdatasync(2) of the backing file; works on a file already unlinked.
     public func fsync(_ handle: UInt64, dataOnly: Bool) throws {
-        try withKeys { _ in
-            let file = OpenFile.borrow(handle)
+        let file = OpenFile.borrow(handle)
+        try withContentKey(file.node) { _ in
             // Blocks written before the sync are durable from here on: rewriting them
             // later needs a durable undo record. (Cleared before the sync, so that a
             // write racing with it counts as durable: safe, if dearer.)
@@ -223,14 +226,14 @@ extension PlainFileSystem {
     /// fallocate(2), modes 0 and FALLOC_FL_KEEP_SIZE: the backing blocks are reserved
     /// (zeros, which read as holes); mode 0 then extends the plaintext size.
     public func fallocate(_ handle: UInt64, mode: Int32, offset: Int64, length: Int64) throws {
-        try withKeys { keys in
+        let file = OpenFile.borrow(handle)
+        try withContentKey(file.node) { cipher in
             guard mode & ~FALLOC_FL_KEEP_SIZE == 0 else { throw Errno(EOPNOTSUPP, "fallocate") }
             guard offset >= 0, length > 0 else { throw Errno(EINVAL, "fallocate") }
-            let file = OpenFile.borrow(handle)
             guard file.writable else { throw Errno(EBADF, "fallocate") }
             try refuseIfRemovedByOthers(file)  // and after: see write
             try file.node.contentLock.writing {
-                let content = content(file.fd, of: file.node, keys: keys,
+                let content = content(file.fd, of: file.node, cipher: cipher,
                                       safety: rewriteSafety(file.node, synchronous: file.synchronous))
                 let start = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
                 let end = layout.cipherSize(plainSize: offset + length)

@@ -11,7 +11,13 @@ import Glibc
 extension PlainFileSystem {
     /// A content file of backing descriptor `fd` of `node`, with the vault's layout.
     func content(_ fd: Int32, of node: Node, keys: Keys, safety: RewriteSafety? = nil) -> ContentFile {
-        ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs, safety: safety)
+        content(fd, of: node, cipher: keys.set.content, safety: safety)
+    }
+
+    /// The same under `cipher`: the vault's content cipher, or a file's own (its key kept
+    /// through a lock).
+    func content(_ fd: Int32, of node: Node, cipher: ContentCipher, safety: RewriteSafety? = nil) -> ContentFile {
+        ContentFile(fd: fd, cipher: cipher, layout: layout, ids: node.fileIDs, safety: safety)
     }
 
     /// The places the content of `node` may be bound to, from the name it was last

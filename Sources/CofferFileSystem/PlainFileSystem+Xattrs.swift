@@ -25,8 +25,11 @@ extension PlainFileSystem {
     private static let fileCapabilities = Array("security.capability".utf8)
     private static let selinuxLabel = Array("security.selinux".utf8)
 
-    public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32) throws {
+    /// `user.coffer.class` is no stored xattr: it shows and sets a directory's protection
+    /// class (PlainFileSystem+Classes).
+    public func setxattr(_ id: UInt64, name: [UInt8], value: [UInt8], flags: Int32, caller: Caller) throws {
         try refuseUnsupported(name)
+        if name == Self.classAttribute { return try setClass(id, value: value, caller: caller) }
         try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.codecs.xattrs.backingName(for: name)
@@ -38,6 +41,7 @@ extension PlainFileSystem {
     public func getxattr(_ id: UInt64, name: [UInt8]) throws -> [UInt8] {
         if name == Self.fileCapabilities { throw Errno(ENODATA, "getxattr") }
         try refuseUnsupported(name)
+        if name == Self.classAttribute { return try showClass(id) }
         return try withKeys { keys in
             let node = nodes.node(id)
             let backing = try keys.codecs.xattrs.backingName(for: name)
@@ -53,8 +57,9 @@ extension PlainFileSystem {
         }
     }
 
-    public func removexattr(_ id: UInt64, name: [UInt8]) throws {
+    public func removexattr(_ id: UInt64, name: [UInt8], caller: Caller) throws {
         try refuseUnsupported(name)
+        if name == Self.classAttribute { return try setClass(id, value: nil, caller: caller) }
         try withKeys { keys in
             try Sys.removeXattr(nodes.node(id).procPath, try keys.codecs.xattrs.backingName(for: name))
         }

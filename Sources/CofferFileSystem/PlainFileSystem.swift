@@ -88,19 +88,24 @@ public final class PlainFileSystem: Sendable {
     /// before it on its line, never the other way round):
     ///
     ///     locking:  Gate.turn (a semaphore: one unlock or lock at a time, held while it
-    ///               waits; no Mutex is held then) → Gate.state → KeyGate.drained
+    ///               waits; no Mutex is held then) → Gate.state → lockDecision (held
+    ///               while the lock drains the operations in flight: only operations
+    ///               already refused at the gate wait for it) → KeyGate.drained
     ///               (only to find the semaphore to wait on or to signal);
-    ///               NodeTable.table → Node.state
+    ///               lockDecision → NodeTable.table → Node.state, Node.opened
     ///     workers:  Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.state;
     ///               Node.contentLock → FileIDCache, VolatileBlocks
     ///
-    /// Leaves (nothing is taken under them): Node.state, EntryNames, FileIDCache,
+    /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.state. NodeTable.table and
     /// Node.state may be taken with or without Node.contentLock held. The in-flight count
     /// is the workers' shared hold on the keys: `lock()` closes the gate and then waits
     /// (up to `lockWaitBound`) for the count to drain, which is what excludes workers.
     private let gate = KeyGate<Keys>()
+    /// Held by a lock from closing the gate until the files that keep their keys have
+    /// them (`closeView`); an operation refused at the gate takes it to wait for that.
+    private let lockDecision = Mutex(())
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
@@ -227,11 +232,14 @@ public final class PlainFileSystem: Sendable {
     /// asks the daemon, which answers EACCES; the names are zeroed here too. Freed heap
     /// pages that held plaintext go back to the kernel. With `kernelCaches` false (the
     /// session is gone, nothing serves the kernel's write-back) steps 1 and 3 only forget.
+    ///
+    /// A file of an `unless-open` directory that is open at the lock keeps its own key
+    /// (PlainFileSystem+Classes), and the kernel its pages, until its last close.
     public func lock(kernelCaches: Bool = true) {
         if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
         closeView()
         // Nodes the kernel learnt during step 1 are in this fresh list too.
-        if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
+        if kernelCaches { knownNodes().filter { nodes.node($0).keptKey == nil }.forEach(hooks.invalidateNode) }
         forgetCachedEntries { parent, name in if kernelCaches { hooks.invalidateEntry(parent, name) } }
         Sys.releaseFreeMemory()
     }
@@ -249,7 +257,11 @@ public final class PlainFileSystem: Sendable {
     /// instead of computing with a half-zeroed key (and never writes data or names
     /// sealed under zeros).
     private func closeView() {
-        let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
+        let (retiring, stuck) = lockDecision.withLock { _ in
+            let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
+            if let retiring { keepOpenFiles(keys: retiring) }
+            return (retiring, stuck)
+        }
         nodes.forgetNames()
         retiring?.set.wipe()
         if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
@@ -275,8 +287,27 @@ public final class PlainFileSystem: Sendable {
         guard let keys = gate.enter() else { throw Errno(EACCES, "locked") }
         defer { gate.leave() }
         if activity { lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed) }
+        return try lockedIfRetired { try body(keys) }
+    }
+
+    /// Runs `body` with the content cipher for `node`'s blocks: the vault's while
+    /// unlocked; while locked, the key the lock left the file (an `unless-open` file
+    /// still open), else EACCES. An operation refused at the gate while a lock is under
+    /// way waits for the lock to decide which files keep their keys (milliseconds).
+    func withContentKey<R>(_ node: Node, _ body: (ContentCipher) throws -> R) throws -> R {
+        if let keys = gate.enter() {
+            defer { gate.leave() }
+            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+            return try lockedIfRetired { try body(keys.set.content) }
+        }
+        guard let kept = lockDecision.withLock({ _ in node.keptKey }) else { throw Errno(EACCES, "locked") }
+        return try lockedIfRetired { try body(kept) }
+    }
+
+    /// `body`, with a key wiped under it (by a lock) reported as EACCES.
+    private func lockedIfRetired<R>(_ body: () throws -> R) throws -> R {
         do {
-            return try body(keys)
+            return try body()
         } catch CryptoError.keyRetired {
             throw Errno(EACCES, "locked")
         }
@@ -314,7 +345,7 @@ public final class PlainFileSystem: Sendable {
     /// `df` and `stat` of the mount work.
     public func getattr(_ id: UInt64) throws -> stat {
         if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd), of: nodes.root.fd) }
-        return try withKeys { _ in
+        return try withContentKey(nodes.node(id)) { _ in
             let fd = nodes.node(id).fd
             return plain(try Sys.stat(fd), of: fd)
         }

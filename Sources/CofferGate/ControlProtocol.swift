@@ -115,6 +115,11 @@ public struct GateStatus: Codable, Equatable, Sendable {
     public var subscribers: Int?
     /// Seconds an announced lock waits (`--lock-grace`; nil from an older daemon).
     public var lockGraceSeconds: Double?
+    /// The protection classes the vault's format has ("complete", and from format 6
+    /// "unless-open"; nil from an older daemon).
+    public var protectionClasses: [String]?
+    /// Files a lock left their keys, still open (unless-open; nil from an older daemon).
+    public var filesKeptOpen: Int?
 }
 
 /// What the server answers. `error` is a stable code; `message` is for people.

@@ -214,6 +214,8 @@ public final class Gate: Sendable {
                           idleSeconds: fs.idleSeconds, idleLockSeconds: idleLock, failedAttempts: state.throttle.failures,
                           retryAfter: state.throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
                           formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
-                          transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace)
+                          transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace,
+                          protectionClasses: ProtectionClass.allCases.filter { $0 == .complete || fs.vault.config.hasProtectionClasses }.map(\.name),
+                          filesKeptOpen: fs.filesKeptOpen)
     }
 }

@@ -149,12 +149,15 @@ public enum DirectoryIV {
     }
 
     /// The entries of backing directory `fd` that an empty plaintext directory may hold
-    /// (its IV file and conflict copies of it, orphan long-name sidecars), or nil if it
-    /// holds anything else.
+    /// (its IV file and class file and conflict copies of them, orphan long-name
+    /// sidecars), or nil if it holds anything else.
     public static func leftovers(in fd: Int32) throws -> [String]? {
         let entries = try Sys.listDirectory(fd)
         let orphans = NameTransform.orphanSidecars(entries)
-        guard entries.allSatisfy({ $0 == fileName || isConflictCopy($0) || orphans.contains($0) }) else { return nil }
+        guard entries.allSatisfy({
+            $0 == fileName || isConflictCopy($0) || $0 == ProtectionClass.fileName || ProtectionClass.isConflictCopy($0)
+                || orphans.contains($0)
+        }) else { return nil }
         return entries
     }
 

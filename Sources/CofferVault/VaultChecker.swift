@@ -19,9 +19,13 @@ public struct VaultProblem: CustomStringConvertible {
     /// A directory a sync engine is still filling, its IV file not there yet
     /// (DirectoryIV.isArriving): no damage, nothing to repair; check again later.
     public var isArriving = false
+    /// Not a problem: a directory's protection class other than `complete` (format 6).
+    public var isClass = false
 
-    /// The line's label: "damaged", "leftover", "conflict" or "arriving".
-    public var kind: String { isArriving ? "arriving" : isConflict ? "conflict" : isLeftover ? "leftover" : "damaged" }
+    /// The line's label: "damaged", "leftover", "conflict", "arriving" or "class".
+    public var kind: String {
+        isClass ? "class" : isArriving ? "arriving" : isConflict ? "conflict" : isLeftover ? "leftover" : "damaged"
+    }
 
     public var description: String {
         backingName.map { "\(path == "/" ? "" : path)/<\($0)>: \(what)" } ?? "\(path): \(what)"
@@ -43,6 +47,8 @@ public struct VaultCheckSummary {
     public var conflicts = 0
     /// Directories still arriving from a sync engine (not checked).
     public var arriving = 0
+    /// Directories of a protection class other than `complete`.
+    public var classed = 0
 }
 
 public final class VaultChecker {
@@ -224,6 +230,7 @@ public final class VaultChecker {
                 problem(path, "\(VaultError.directoryIVMisplaced(copy.name)); the names encrypted under it are not served", backingName: copy.name)
             }
         }
+        checkClass(dir, path: path, iv: iv, entries: entries.map(\.name))
         // Names made on the other machine are under the IV it gave the directory.
         let names = DirectoryNames(codecs.names, own: iv, alternates: alternates)
         for entry in entries {
@@ -287,6 +294,23 @@ public final class VaultChecker {
             } catch {
                 problem(childPath, "cannot read: \(error)")
             }
+        }
+    }
+
+    /// Reports the directory's protection class if it is not `complete`, or its damaged
+    /// class record (format 6).
+    private func checkClass(_ dir: Int32, path: String, iv: [UInt8], entries: [String]) {
+        guard vault.config.hasProtectionClasses else { return }
+        do {
+            let found = try ProtectionClass.read(in: dir, dirIV: iv, box: keys.metadata, entries: entries)
+            guard found != .complete else { return }
+            summary.classed += 1
+            var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
+                                    what: "protection class \(found.name)", isLeftover: false)
+            line.isClass = true
+            report(line)
+        } catch {
+            problem(path, "\(error) (the mount takes the directory as complete; `coffer protect` sets its class again)")
         }
     }
 

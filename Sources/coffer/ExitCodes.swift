@@ -84,6 +84,8 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// links, is not writable by the user, or an I/O error); each is named. The rest was
     /// destroyed and every daemon locked or ended.
     case wipeIncomplete = 47
+    /// protect: the vault is locked (or the directory cannot be read); unlock it first.
+    case locked = 48
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -22,6 +22,7 @@ struct InfoCommand: ParsableCommand {
                 Names:          BLAKE2b-SIV + XChaCha20, per-directory IV, base64url
                 Key derivation: \(config.kdf.algorithm), \(config.kdf.opsLimit) passes, \(config.kdf.memLimit >> 20) MiB
                 Key slots:      \(config.slots.map(\.kind).joined(separator: ", "))
+                Protection:     \(config.hasProtectionClasses ? "complete (default), unless-open: per directory (coffer protect)" : "complete (format \(config.format) has no other protection class)")
                 Created:        \(config.created)
                 """)
             if !copies.isEmpty {

@@ -1,0 +1,90 @@
+// Protection classes in the plaintext view (format 6, docs/FORMAT.md §9): a directory's
+// class is read and set through the xattr `user.coffer.class` (what `coffer protect`
+// calls), a new directory takes its parent's, and a lock leaves each open file of an
+// `unless-open` directory its own key until its last close.
+import CofferCrypto
+import CofferSystem
+import CofferVault
+import Glibc
+
+extension PlainFileSystem {
+    /// The xattr that shows and sets a directory's class; never stored as an xattr.
+    static let classAttribute = Array("user.coffer.class".utf8)
+
+    /// The class of directory `dir`. A damaged class record is reported once per read and
+    /// taken as `complete`.
+    func protectionClass(of dir: Node, keys: Keys) -> ProtectionClass {
+        guard vault.config.hasProtectionClasses, dir.isDirectory else { return .complete }
+        do {
+            return try ProtectionClass.read(in: dir.fd, dirIV: try directoryIV(dir, keys: keys), box: keys.set.metadata)
+        } catch {
+            logger.error("damage: \(dir.plaintextPath) (backing inode \(dir.ino)): \(error); the directory is taken as complete")
+            hooks.noticed(.damage(path: dir.plaintextPath, what: "\(error)"))
+            return .complete
+        }
+    }
+
+    /// getxattr of `user.coffer.class`: a directory's class name (every directory has
+    /// one; `complete` unless set); ENOTDIR for other nodes, ENODATA in vaults before format 6.
+    func showClass(_ id: UInt64) throws -> [UInt8] {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            guard vault.config.hasProtectionClasses else { throw Errno(ENODATA, "getxattr") }
+            guard node.isDirectory else { throw Errno(ENOTDIR, "a protection class is a directory's") }
+            return Array(protectionClass(of: node, keys: keys).name.utf8)
+        }
+    }
+
+    /// setxattr of `user.coffer.class` (removexattr: `value` nil, back to `complete`):
+    /// only the directory's owner (or root) sets it; EOPNOTSUPP before format 6, ENOTDIR
+    /// on anything but a directory, EINVAL for a value that names no class.
+    func setClass(_ id: UInt64, value: [UInt8]?, caller: Caller) throws {
+        try withKeys { keys in
+            let node = nodes.node(id)
+            guard vault.config.hasProtectionClasses else { throw Errno(EOPNOTSUPP, "protection classes need format 6") }
+            guard node.isDirectory else { throw Errno(ENOTDIR, "a protection class is a directory's") }
+            let owner = try Sys.stat(node.fd).st_uid
+            guard caller.uid == 0 || caller.uid == owner else { throw Errno(EPERM, "not the owner") }
+            let wanted = value.map { String(decoding: $0, as: UTF8.self) }.map { $0.hasSuffix("\n") ? String($0.dropLast()) : $0 }
+            guard let chosen = wanted.map(ProtectionClass.init(name:)) ?? .complete else { throw Errno(EINVAL, "no such class") }
+            try chosen.write(in: node.fd, dirIV: try directoryIV(node, keys: keys), box: keys.set.metadata)
+            logger.info("protection class of \(node.plaintextPath) (backing inode \(node.ino)) set to \(chosen.name)")
+        }
+    }
+
+    /// The class a new directory in `parent` starts with (its parent's), written into the
+    /// new backing directory `fd` (IV `iv`) before it is renamed into place.
+    func inheritClass(from parent: Node, into fd: Int32, iv: [UInt8], keys: Keys) throws {
+        let inherited = protectionClass(of: parent, keys: keys)
+        guard inherited != .complete else { return }
+        try inherited.write(in: fd, dirIV: iv, box: keys.set.metadata)
+    }
+
+    /// At a lock, with the keys being retired and no operation running: every regular
+    /// file open now whose directory is `unless-open` keeps its own key (and nothing
+    /// else) until its last close. Returns how many files kept one.
+    @discardableResult
+    func keepOpenFiles(keys: Keys) -> Int {
+        guard vault.config.hasProtectionClasses else { return 0 }
+        var classes: [ObjectIdentifier: ProtectionClass] = [:]
+        var kept = 0
+        for node in nodes.allNodes() where node.isRegular && node.isOpen && node.keptKey == nil {
+            guard let dir = node.directory else { continue }
+            let dirClass = classes[ObjectIdentifier(dir)] ?? protectionClass(of: dir, keys: keys)
+            classes[ObjectIdentifier(dir)] = dirClass
+            guard dirClass == .unlessOpen else { continue }
+            do {
+                let fd = try FileDescriptor.open(node.procPath, flags: O_RDONLY | O_NONBLOCK)
+                guard let id = try content(fd.rawValue, of: node, keys: keys).fileID() else { continue }
+                if node.keep(try keys.set.content.fileCipher(for: id)) { kept += 1 }
+            } catch {
+                logger.error("lock: \(node.plaintextPath) (backing inode \(node.ino)) could not keep its key: \(error); its open files are locked too")
+            }
+        }
+        if kept > 0 { logger.info("lock: \(kept) open file(s) of unless-open directories keep their keys until closed") }
+        return kept
+    }
+
+    /// How many files a lock left their keys, still open.
+    public var filesKeptOpen: Int { nodes.allNodes().filter { $0.keptKey != nil }.count }
+}

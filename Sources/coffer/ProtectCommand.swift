@@ -1,0 +1,77 @@
+// ProtectCommand sets and shows a directory's protection class in a mounted, unlocked
+// vault: `coffer protect --class unless-open PATH`, `coffer protect --show PATH`. It
+// only calls setxattr/getxattr of `user.coffer.class` on PATH; the daemon does the rest.
+import ArgumentParser
+import CofferSystem
+import Glibc
+
+struct ProtectCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "protect",
+        abstract: "Set or show a directory's protection class (what a lock does to its files).",
+        discussion: """
+            complete (the default): at a lock every file is refused. unless-open: a file open \
+            at the lock stays usable through its open descriptors until it is closed. A new \
+            directory takes its parent's class. The vault must be unlocked and of format 6; \
+            only the directory's owner (or root) sets its class. The same as \
+            `setfattr -n user.coffer.class -v CLASS PATH` and `getfattr -n user.coffer.class PATH`.
+            """)
+
+    @Option(name: .customLong("class"), help: ArgumentHelp("The class to set: complete or unless-open.", valueName: "class"))
+    var protectionClass: String?
+
+    @Flag(name: .long, help: "Show the directory's class (the default without --class).")
+    var show = false
+
+    @Argument(help: "A directory in a mounted coffer vault.")
+    var path: String
+
+    func validate() throws {
+        if let protectionClass, !["complete", "unless-open"].contains(protectionClass) {
+            throw ValidationError("--class must be complete or unless-open, not \(protectionClass)")
+        }
+        if show && protectionClass != nil { throw ValidationError("--show and --class go alone") }
+    }
+
+    func run() throws {
+        try runReportingFailures {
+            try checkInMount()
+            do {
+                if let protectionClass {
+                    try Sys.setXattr(path, "user.coffer.class", Array(protectionClass.utf8), flags: 0)
+                    print("\(path): \(protectionClass)")
+                } else {
+                    print("\(path): \(String(decoding: try Sys.getXattr(path, "user.coffer.class"), as: UTF8.self))")
+                }
+            } catch let error as Errno {
+                throw failure(error.code)
+            }
+        }
+    }
+
+    /// PATH must be a directory of a coffer mount.
+    private func checkInMount() throws {
+        guard let canonical = MountPoint.canonical(path) else {
+            throw CommandFailure(status: .notADirectory, message: "\(path) does not exist")
+        }
+        let inCoffer = MountPoint.mounts().filter { canonical == $0.path || canonical.hasPrefix($0.path == "/" ? "/" : $0.path + "/") }
+            .max { $0.path.count < $1.path.count }?.type == "fuse.coffer"
+        guard inCoffer else { throw CommandFailure(status: .notMounted, message: "\(path) is not in a mounted coffer vault") }
+    }
+
+    /// The failure of setxattr/getxattr with `code`, in the README's statuses.
+    private func failure(_ code: Int32) -> CommandFailure {
+        switch code {
+        case EACCES:
+            return CommandFailure(status: .locked, message: "\(path): the vault is locked (or you may not read this directory); unlock it first")
+        case EOPNOTSUPP, ENODATA:
+            return CommandFailure(status: .unsupported, message: "\(path): this vault's format has no protection classes (format 6 has them: a vault made by `coffer init` of this version)")
+        case ENOTDIR:
+            return CommandFailure(status: .notADirectory, message: "\(path) is not a directory: a protection class is a directory's")
+        case EPERM:
+            return CommandFailure(status: .requestRefused, message: "\(path): only the directory's owner or root may set its protection class")
+        default:
+            return CommandFailure(status: .failure, message: "\(path): \(String(cString: strerror(code)))")
+        }
+    }
+}
