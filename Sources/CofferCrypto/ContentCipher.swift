@@ -118,6 +118,18 @@ public struct ContentCipher: Sendable {
     /// when its file closes.
     public func retire() { key.retire() }
 
+    /// A cipher for the blocks of `fileID` under its own random key `fileKey` (a file
+    /// made while locked, whose key is sealed to the drop key: docs/FORMAT.md §12).
+    public static func sealedFile(key fileKey: SecureBytes, algorithm: ContentAlgorithm, fileID: FileID) -> ContentCipher {
+        ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID)
+    }
+
+    /// A one-file cipher with a copy of this one's key, to be retired on its own.
+    public func copy() -> ContentCipher {
+        precondition(onlyFile != nil, "only a one-file cipher is copied")
+        return ContentCipher(key: key.prefix(key.count), algorithm: algorithm, perFileKeys: true, onlyFile: onlyFile)
+    }
+
     /// The key of one file: BLAKE2b-256(key: content subkey, salt: file ID, personal:
     /// "coffer-aes-file1" or "coffer-xch-file1").
     private static func deriveFileKey(into out: UnsafeMutablePointer<UInt8>, from contentKey: UnsafePointer<UInt8>,

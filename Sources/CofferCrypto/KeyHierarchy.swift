@@ -18,6 +18,8 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
     case xattrNameStream = 6
     /// BLAKE2b key binding a file's content to its place (format 4).
     case place = 7
+    /// X25519 secret key of the files dropped while locked (format 6, DropKeys).
+    case drop = 8
 }
 
 /// The master key: 32 random bytes in secure memory. It only ever exists unwrapped
@@ -62,10 +64,14 @@ public final class KeySet: Sendable {
     public let xattrNames: NameCipher
     public let metadata: SealedBox
     public let places: PlaceMAC
+    /// The key pair that files dropped while locked are sealed to (format 6), else nil.
+    public let drops: DropKeys?
 
-    /// `perFileKeys`: the vault's format seals each file under a key of its own (format 6).
+    /// `perFileKeys`: the vault's format seals each file under a key of its own and has
+    /// drops (format 6).
     public init(master: MasterKey, content algorithm: ContentAlgorithm, perFileKeys: Bool = false) {
         content = ContentCipher(key: master.subkey(.content), algorithm: algorithm, perFileKeys: perFileKeys)
+        drops = perFileKeys ? DropKeys(secret: master.subkey(.drop)) : nil
         names = NameCipher(macKey: master.subkey(.nameMAC), streamKey: master.subkey(.nameStream))
         xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
                                 streamKey: master.subkey(.xattrNameStream))
@@ -81,5 +87,6 @@ public final class KeySet: Sendable {
         xattrNames.wipe()
         metadata.key.retire()
         places.key.retire()
+        drops?.secret.retire()
     }
 }

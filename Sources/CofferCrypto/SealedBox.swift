@@ -24,6 +24,20 @@ public struct SealedBox: Sendable {
         return try seal(plaintext, associatedData: associatedData, nonce: nonce)
     }
 
+    /// Seals deterministically: the nonce is BLAKE2b-24(key = this key, AD ‖ plaintext),
+    /// so the same record sealed on two machines is the same bytes (a sync engine sees no
+    /// conflict), and different records never share a nonce. Reveals only whether two
+    /// records are equal; for small records whose equality is no secret.
+    public func sealDeterministically(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8]) throws -> [UInt8] {
+        var nonce = [UInt8](repeating: 0, count: Self.nonceSize)
+        let message = associatedData + Array(plaintext)
+        let rc = try key.lend { key in
+            crypto_generichash(&nonce, Self.nonceSize, message, UInt64(message.count), key, self.key.count)
+        }
+        precondition(rc == 0, "crypto_generichash failed")
+        return try seal(plaintext, associatedData: associatedData, nonce: nonce)
+    }
+
     /// Seals with a caller-chosen nonce. Only known-answer tests may call this with a
     /// fixed nonce; production callers use `seal(_:associatedData:)`.
     public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], nonce: [UInt8]) throws -> [UInt8] {

@@ -92,6 +92,19 @@ public final class Node: Sendable {
         return iv
     }
 
+    /// Whether this inode's content (of the file ID given) has its key in a key record
+    /// (a file made while locked, format 6: the cipher holding that key) or derives it
+    /// (nil); read once per file ID, a leaf lock.
+    private let sealedKey = Mutex<(id: FileID, cipher: ContentCipher?)?>(nil)
+
+    /// The cipher of content `id` if its key is sealed, from `load` the first time.
+    func sealedCipher(for id: FileID, load: () throws -> ContentCipher?) rethrows -> ContentCipher? {
+        if let known = sealedKey.withLock({ $0 }), known.id == id { return known.cipher }
+        let cipher = try load()
+        sealedKey.withLock { $0 = (id, cipher) }
+        return cipher
+    }
+
     /// An open file of this inode was made.
     func fileOpened() { opened.withLock { $0.count += 1 } }
 
@@ -161,7 +174,13 @@ public final class Node: Sendable {
             state.cachedDirIV = nil
             state.cachedAlternateIVs = nil
         }
+        dropsChecked.store(false, ordering: .releasing)
     }
+
+    /// This directory was looked through for entries made while locked and not converted
+    /// yet (PlainFileSystem+Drops); cleared with the IV caches when another program
+    /// changes the directory.
+    let dropsChecked = Atomic<Bool>(false)
 
     /// The directory this node was last entered in (nil for the root).
     var directory: Node? { state.withLock { $0.directory } }

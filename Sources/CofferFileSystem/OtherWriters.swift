@@ -134,7 +134,8 @@ extension PlainFileSystem {
     }
 
     /// Seconds the kernel may cache names (found or absent) in directory `parent`.
-    public func entryCacheSeconds(in parent: UInt64) -> Double { cacheSeconds(in: nodes.node(parent)) }
+    /// None while locked: a name absent then may only be hidden (PlainFileSystem+Drops).
+    public func entryCacheSeconds(in parent: UInt64) -> Double { isUnlocked ? cacheSeconds(in: nodes.node(parent)) : 0 }
 
     /// Seconds the kernel may cache the attributes of `node`.
     public func attributeCacheSeconds(of id: UInt64) -> Double {
@@ -171,6 +172,14 @@ extension PlainFileSystem {
             // Every name here may now mean another entry.
             dir.forgetDirectoryIV()
             return dir.cachedNameCopies().forEach { hooks.invalidate($0, in: dirID) }
+        }
+        if DropName.isDrop(event.name) {
+            // Made while locked on another machine: converted at the next lookup or
+            // listing here, under its name, which the kernel may hold as absent.
+            dir.dropsChecked.store(false, ordering: .releasing)
+            let name = try? withKeys(activity: false) { keys in try keys.set.drops.map { try DropName.decode(event.name, keys: $0) } }
+            if let name = name ?? nil { hooks.invalidate(name, in: dirID) }
+            return
         }
         // A long name's sidecar may arrive after its entry: either event stands for the entry.
         var backing = event.name

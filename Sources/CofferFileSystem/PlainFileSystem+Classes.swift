@@ -75,8 +75,10 @@ extension PlainFileSystem {
             guard dirClass == .unlessOpen else { continue }
             do {
                 let fd = try FileDescriptor.open(node.procPath, flags: O_RDONLY | O_NONBLOCK)
-                guard let id = try content(fd.rawValue, of: node, keys: keys).fileID() else { continue }
-                if node.keep(try keys.set.content.fileCipher(for: id)) { kept += 1 }
+                let cipher = contentCipher(fd.rawValue, of: node, keys: keys)
+                guard let id = try content(fd.rawValue, of: node, cipher: cipher).fileID() else { continue }
+                // A file made while locked holds its own key already: the node gets a copy.
+                if node.keep(cipher.onlyFile != nil ? cipher.copy() : try cipher.fileCipher(for: id)) { kept += 1 }
             } catch {
                 logger.error("lock: \(node.plaintextPath) (backing inode \(node.ino)) could not keep its key: \(error); its open files are locked too")
             }

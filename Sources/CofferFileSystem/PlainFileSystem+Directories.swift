@@ -41,7 +41,12 @@ final class OpenDirectory {
 
 extension PlainFileSystem {
     public func opendir(_ id: UInt64) throws -> UInt64 {
-        try withKeys { keys in
+        if let listing = try lockedListing(nodes.node(id)) {
+            let directory = OpenDirectory(node: nodes.node(id))
+            directory.entries = listing
+            return directory.issueHandle()
+        }
+        return try withKeys { keys in
             let directory = OpenDirectory(node: nodes.node(id))
             try load(directory, keys: keys)
             return directory.issueHandle()
@@ -65,6 +70,17 @@ extension PlainFileSystem {
             return
         }
         for backing in listing {
+            if DropName.isDrop(backing.name), keys.set.drops != nil {
+                // Made while locked, and not converted yet (on another machine, or by a
+                // daemon that ended while locked): an ordinary entry from now on.
+                do {
+                    let converted = try convert(backing.name, in: node, keys: keys)
+                    entries.append(ListedEntry(name: converted.name, ino: backing.ino, type: backing.type, backingName: converted.backing))
+                } catch {
+                    logger.error("damage: in \(node.plaintextPath): an entry made while locked (\(backing.name)): \(error); entry hidden")
+                }
+                continue
+            }
             do {
                 guard let decoded = try names.decode(backing.name, in: node.fd) else { continue }
                 entries.append(ListedEntry(name: decoded.name, ino: backing.ino, type: backing.type, backingName: backing.name))
@@ -78,7 +94,13 @@ extension PlainFileSystem {
     /// The listing from `offset` on. Offset 0 re-reads the directory, as rewinddir
     /// expects, unless the listing opendir took has not been served yet.
     public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
-        try withKeys { keys in
+        let open = OpenDirectory.borrow(handle)
+        if offset == 0 && open.served, let listing = try lockedListing(open.node) { open.entries = listing }
+        if !isUnlocked {
+            open.served = true
+            return open.entries.dropFirst(offset)
+        }
+        return try withKeys { keys in
             let directory = OpenDirectory.borrow(handle)
             if offset == 0 && directory.served { try load(directory, keys: keys) }
             directory.served = true
@@ -88,7 +110,8 @@ extension PlainFileSystem {
 
     /// Enters a listed entry for readdirplus: no name is encrypted again.
     public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
-        try withKeys { keys in
+        if let found = try lockedLookup(parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) { return found }
+        return try withKeys { keys in
             let directory = OpenDirectory.borrow(handle)
             return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name), keys: keys)
         }
@@ -97,6 +120,7 @@ extension PlainFileSystem {
     public func releasedir(_ handle: UInt64) { OpenDirectory.release(handle) }
 
     public func fsyncdir(_ handle: UInt64) throws {
+        if try lockedSyncDirectory(OpenDirectory.borrow(handle).node) != nil { return }
         try withKeys { _ in
             let node = OpenDirectory.borrow(handle).node
             try AtomicFile.syncDirectory(node.fd)

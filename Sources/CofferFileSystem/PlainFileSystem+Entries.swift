@@ -77,7 +77,8 @@ extension PlainFileSystem {
     /// The directory is made and given its IV under a temporary name, then renamed into
     /// place: a crash never leaves a directory without its IV.
     public func mkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
-        try withKeys { keys in
+        if let entry = try lockedMkdir(parent: parent, name: name, mode: mode, caller: caller) { return entry }
+        return try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
             let temp = Self.temporaryDirectoryName()
@@ -185,6 +186,7 @@ extension PlainFileSystem {
     }
 
     public func unlink(parent: UInt64, name: [UInt8]) throws {
+        if try lockedRemove(parent: parent, name: name, directory: false) != nil { return }
         try withKeys { keys in
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
@@ -218,6 +220,7 @@ extension PlainFileSystem {
     /// file (and orphan sidecars) and removed, so that a crash leaves at worst a hidden
     /// temporary directory, never a directory without its IV.
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
+        if try lockedRemove(parent: parent, name: name, directory: true) != nil { return }
         try withKeys { keys in
             let dir = nodes.node(parent)
             let backing = try existingBackingName(name, in: dir, keys: keys)
@@ -247,6 +250,7 @@ extension PlainFileSystem {
 
     /// rename(2)/renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        if try lockedRename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) != nil { return }
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
             // Settled before the source's backing name is taken: settling renames.
@@ -312,37 +316,45 @@ extension PlainFileSystem {
     }
 
     /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.
-    /// A file a lock left its key (open at the lock, in an `unless-open` directory) is
-    /// still changed while locked.
+    /// A file a lock left its key (open at the lock, in an `unless-open` directory), and
+    /// an entry made while locked, are still changed while locked.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
         let node = nodes.node(id)
-        return try withContentKey(node) { cipher in
-            if let mode = changes.mode, !node.isSymlink {
-                try Sys.chmod(node.procPath, mode & 0o7777)
-            }
-            if changes.uid != nil || changes.gid != nil {
-                try Sys.chown("", in: node.fd, uid: changes.uid ?? uid_t.max, gid: changes.gid ?? gid_t.max)
-            }
-            if let size = changes.size {
-                guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
-                try refuseIfRemovedByOthers(node)  // and after: see write
-                try withWritableDescriptor(node, handle: handle) { fd in
-                    try reportingDamage(node) {
-                        try node.contentLock.writing {
-                            try content(fd, of: node, cipher: cipher, safety: rewriteSafety(node)).truncate(to: size)
-                        }
+        if let drop = (try? lockedDrop(id)) ?? nil {
+            return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }
+        }
+        return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }
+    }
+
+    /// setattr of `node`, with `cipher` for the content (nil for a directory).
+    private func changeAttributes(_ node: Node, _ changes: AttributeChanges, handle: UInt64?,
+                                  _ cipher: (Int32) -> ContentCipher?) throws -> stat {
+        if let mode = changes.mode, !node.isSymlink {
+            try Sys.chmod(node.procPath, mode & 0o7777)
+        }
+        if changes.uid != nil || changes.gid != nil {
+            try Sys.chown("", in: node.fd, uid: changes.uid ?? uid_t.max, gid: changes.gid ?? gid_t.max)
+        }
+        if let size = changes.size {
+            guard node.isRegular else { throw Errno(node.isDirectory ? EISDIR : EINVAL, "truncate") }
+            try refuseIfRemovedByOthers(node)  // and after: see write
+            try withWritableDescriptor(node, handle: handle) { fd in
+                try reportingDamage(node) {
+                    try node.contentLock.writing {
+                        guard let cipher = cipher(fd) else { throw Errno(EISDIR, "truncate") }
+                        try content(fd, of: node, cipher: cipher, safety: rewriteSafety(node)).truncate(to: size)
                     }
                 }
-                try refuseIfRemovedByOthers(node)
             }
-            if let caller = changes.dropSetIDFor { _ = try dropSetID(node, fd: nil, caller: caller) }
-            if changes.accessTime != nil || changes.modificationTime != nil {
-                let omit = timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
-                let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
-                try Sys.setTimes(node.fd, times)
-            }
-            return plain(try Sys.stat(node.fd), of: node.fd)
+            try refuseIfRemovedByOthers(node)
         }
+        if let caller = changes.dropSetIDFor { _ = try dropSetID(node, fd: nil, caller: caller) }
+        if changes.accessTime != nil || changes.modificationTime != nil {
+            let omit = timespec(tv_sec: 0, tv_nsec: UTIME_OMIT)
+            let times = [changes.accessTime ?? omit, changes.modificationTime ?? omit]
+            try Sys.setTimes(node.fd, times)
+        }
+        return plain(try Sys.stat(node.fd), of: node.fd)
     }
 }
 

@@ -61,7 +61,8 @@ extension PlainFileSystem {
     }
 
     public func open(_ id: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
-        try withKeys { keys in
+        if let handle = try lockedOpen(id, flags: flags) { return handle }
+        return try withKeys { keys in
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
@@ -85,7 +86,8 @@ extension PlainFileSystem {
     }
 
     public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
-        try withKeys { keys in
+        if let made = try lockedCreate(parent: parent, name: name, mode: mode, flags: flags, caller: caller) { return made }
+        return try withKeys { keys in
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
@@ -135,7 +137,7 @@ extension PlainFileSystem {
         return try withContentKey(file.node) { cipher in
             try reportingDamage(file.node) {
                 try file.node.contentLock.reading {
-                    try content(file.fd, of: file.node, cipher: cipher).read(into: buffer, at: offset)
+                    try content(file.fd, of: file.node, cipher: cipher(file.fd)).read(into: buffer, at: offset)
                 }
             }
         }
@@ -152,7 +154,7 @@ extension PlainFileSystem {
             try refuseIfRemovedByOthers(file)
             try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
-                    try content(file.fd, of: file.node, cipher: cipher,
+                    try content(file.fd, of: file.node, cipher: cipher(file.fd),
                                 safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
                 }
             }
@@ -233,7 +235,7 @@ extension PlainFileSystem {
             guard file.writable else { throw Errno(EBADF, "fallocate") }
             try refuseIfRemovedByOthers(file)  // and after: see write
             try file.node.contentLock.writing {
-                let content = content(file.fd, of: file.node, cipher: cipher,
+                let content = content(file.fd, of: file.node, cipher: cipher(file.fd),
                                       safety: rewriteSafety(file.node, synchronous: file.synchronous))
                 let start = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
                 let end = layout.cipherSize(plainSize: offset + length)
@@ -283,6 +285,8 @@ extension PlainFileSystem {
 
     /// access(2) on the backing inode, as the daemon's user.
     public func access(_ id: UInt64, mask: Int32) throws {
+        // While locked, what stays reachable for files made while locked answers.
+        if try lockedAccess(id, mask: mask) != nil { return }
         try withKeys { _ in
             try Sys.access(nodes.node(id).procPath, mask)
         }

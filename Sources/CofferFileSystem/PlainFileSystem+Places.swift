@@ -11,7 +11,28 @@ import Glibc
 extension PlainFileSystem {
     /// A content file of backing descriptor `fd` of `node`, with the vault's layout.
     func content(_ fd: Int32, of node: Node, keys: Keys, safety: RewriteSafety? = nil) -> ContentFile {
-        content(fd, of: node, cipher: keys.set.content, safety: safety)
+        content(fd, of: node, cipher: contentCipher(fd, of: node, keys: keys), safety: safety)
+    }
+
+    /// The cipher of `node`'s content: the vault's, or for a file made while locked
+    /// (format 6) one holding the key from its key record. A record that cannot be read
+    /// leaves the vault's cipher, under which the blocks then fail as damage.
+    func contentCipher(_ fd: Int32, of node: Node, keys: Keys) -> ContentCipher {
+        guard let drops = keys.set.drops, node.isRegular,
+              let id = try? ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs).fileID() else {
+            return keys.set.content
+        }
+        let sealed = node.sealedCipher(for: id) { () -> ContentCipher? in
+            guard (try? ContentFile(fd: fd, cipher: keys.set.content, layout: layout).header().isSealed) == true else { return nil }
+            do {
+                let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: drops)
+                return ContentCipher.sealedFile(key: key, algorithm: keys.set.content.algorithm, fileID: id)
+            } catch {
+                logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
+                return nil
+            }
+        }
+        return sealed ?? keys.set.content
     }
 
     /// The same under `cipher`: the vault's content cipher, or a file's own (its key kept

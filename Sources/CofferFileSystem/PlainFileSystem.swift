@@ -105,7 +105,9 @@ public final class PlainFileSystem: Sendable {
     private let gate = KeyGate<Keys>()
     /// Held by a lock from closing the gate until the files that keep their keys have
     /// them (`closeView`); an operation refused at the gate takes it to wait for that.
-    private let lockDecision = Mutex(())
+    let lockDecision = Mutex(())
+    /// What a lock keeps for files made while locked (PlainFileSystem+Drops).
+    let drops = LockedDrops()
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
@@ -216,11 +218,13 @@ public final class PlainFileSystem: Sendable {
     // MARK: The gate
 
     /// Derives the subkeys from `master` and opens the view. The master key is wiped.
+    /// Files made while locked become ordinary entries first (PlainFileSystem+Drops).
     public func unlock(_ master: MasterKey) {
         let set = vault.keys(from: master)
         master.wipe()
         lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-        gate.open(Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets))?.set.wipe()
+        let keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
+        convertDrops(keys: keys) { gate.open(keys)?.set.wipe() }
     }
 
     /// Locks in place, the whole sequence: (1) the kernel drops every cached inode while
@@ -259,7 +263,10 @@ public final class PlainFileSystem: Sendable {
     private func closeView() {
         let (retiring, stuck) = lockDecision.withLock { _ in
             let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
-            if let retiring { keepOpenFiles(keys: retiring) }
+            if let retiring {
+                keepOpenFiles(keys: retiring)
+                prepareDrops(keys: retiring)
+            }
             return (retiring, stuck)
         }
         nodes.forgetNames()
@@ -290,18 +297,19 @@ public final class PlainFileSystem: Sendable {
         return try lockedIfRetired { try body(keys) }
     }
 
-    /// Runs `body` with the content cipher for `node`'s blocks: the vault's while
-    /// unlocked; while locked, the key the lock left the file (an `unless-open` file
-    /// still open), else EACCES. An operation refused at the gate while a lock is under
-    /// way waits for the lock to decide which files keep their keys (milliseconds).
-    func withContentKey<R>(_ node: Node, _ body: (ContentCipher) throws -> R) throws -> R {
+    /// Runs `body` with the content cipher for `node`'s blocks, given a descriptor of the
+    /// backing file: the vault's (or the file's sealed key's) while unlocked; while
+    /// locked, the key the lock left the file (an `unless-open` file still open, or one
+    /// made while locked), else EACCES. An operation refused at the gate while a lock is
+    /// under way waits for the lock to decide which files keep their keys (milliseconds).
+    func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) -> ContentCipher) throws -> R) throws -> R {
         if let keys = gate.enter() {
             defer { gate.leave() }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-            return try lockedIfRetired { try body(keys.set.content) }
+            return try lockedIfRetired { try body { contentCipher($0, of: node, keys: keys) } }
         }
         guard let kept = lockDecision.withLock({ _ in node.keptKey }) else { throw Errno(EACCES, "locked") }
-        return try lockedIfRetired { try body(kept) }
+        return try lockedIfRetired { try body { _ in kept } }
     }
 
     /// `body`, with a key wiped under it (by a lock) reported as EACCES.
@@ -345,6 +353,7 @@ public final class PlainFileSystem: Sendable {
     /// `df` and `stat` of the mount work.
     public func getattr(_ id: UInt64) throws -> stat {
         if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd), of: nodes.root.fd) }
+        if let st = (try? lockedAttributes(id)) ?? nil { return st }
         return try withContentKey(nodes.node(id)) { _ in
             let fd = nodes.node(id).fd
             return plain(try Sys.stat(fd), of: fd)
@@ -368,13 +377,19 @@ public final class PlainFileSystem: Sendable {
 
     /// Looks up `name` in directory `parent`: one name encryption, one openat, one fstat.
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
-        try withKeys { keys in
+        if let entry = try lockedLookup(parent: parent, name: name) { return entry }
+        return try withKeys { keys in
             let dir = nodes.node(parent)
             do {
                 let backing = try backingName(name, in: dir, keys: keys)
                 do {
                     return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
                 } catch let error as Errno where error.code == ENOENT {
+                    // Perhaps made while locked (here before a crash, or on another machine)
+                    // and not converted yet.
+                    if convertFoundDrops(in: dir, keys: keys), exists(backing.name, in: dir) {
+                        return try enter(backing.name, in: dir, plainName: name)
+                    }
                     // Not under this name: perhaps the name a sync engine's conflict copy is shown
                     // under, or a name made on another machine under the IV it gave the directory.
                     guard let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) else {

@@ -96,10 +96,13 @@ public struct ContentFile {
     /// Makes a new empty file (format 4): a header with a new file ID and the place tag
     /// `tag` gives for it, and an empty final block, in one pwrite at offset 0 of an empty
     /// backing file.
-    public func initialize(placeTag tag: (FileID) throws -> [UInt8]) throws {
+    /// `sealed` (format 6): a file made while locked, of file ID `id`, whose key is
+    /// sealed to the drop key (header version 3, its place tag zero until the unlock).
+    public func initialize(sealed sealedID: FileID? = nil, placeTag tag: (FileID) throws -> [UInt8]) throws {
         precondition(layout.endsInFinalBlock)
-        let id = FileID.random()
-        let header = FileHeader(version: layout.headerVersion, fileID: id, placeTag: try tag(id))
+        let id = sealedID ?? FileID.random()
+        let header = FileHeader(version: sealedID != nil ? FileHeader.sealedVersion : layout.headerVersion, fileID: id,
+                                placeTag: try tag(id))
         let final = try sealedFinalBlock(0, length: 0, fileID: id)
         try (header.bytes + final).withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
         ids.fileID = id

@@ -57,8 +57,11 @@ public enum DirectoryIV {
     /// a power cut never leaves the directory's entry without its IV (issue 19, item 2).
     /// `tag` (format 5 on) gives the tag of the new IV at the directory's place.
     @discardableResult
-    public static func create(in dir: Int32, durable: Bool = true, tag: (([UInt8]) throws -> [UInt8])? = nil) throws -> [UInt8] {
-        let iv = Sodium.randomArray(count: NameCipher.ivSize)
+    /// `iv`: the IV to give it (a directory made while locked: derived from its dropped
+    /// name, so that every machine converting it writes the same file), else random.
+    public static func create(in dir: Int32, durable: Bool = true, iv given: [UInt8]? = nil,
+                              tag: (([UInt8]) throws -> [UInt8])? = nil) throws -> [UInt8] {
+        let iv = given ?? Sodium.randomArray(count: NameCipher.ivSize)
         let tags = try tag.map { try $0(iv) + [UInt8](repeating: 0, count: PlaceMAC.tagSize) } ?? []
         try write(iv + tags, in: dir, durable: durable)
         return iv

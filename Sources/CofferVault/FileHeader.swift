@@ -8,6 +8,13 @@ public struct FileHeader: Equatable {
     public static func size(version: UInt16) -> Int { 2 + FileID.size + (version >= 2 ? PlaceMAC.tagSize : 0) }
     /// Offset of the place tag in a version-2 header.
     public static let placeTagOffset = 2 + FileID.size
+    /// The header version of a file made while locked (format 6): laid out as version 2,
+    /// its key sealed to the drop key in a key record (DropRecord), its place tag zero
+    /// until the unlock binds it.
+    public static let sealedVersion: UInt16 = 3
+
+    /// Whether this file's key is in a key record rather than derived (format 6).
+    public var isSealed: Bool { version == Self.sealedVersion }
 
     public let version: UInt16
     public let fileID: FileID
@@ -15,7 +22,7 @@ public struct FileHeader: Equatable {
     public var placeTag: [UInt8]?
 
     public init(version: UInt16, fileID: FileID, placeTag: [UInt8]? = nil) {
-        precondition((version >= 2) == (placeTag?.count == PlaceMAC.tagSize))
+        precondition((version >= 2) == (placeTag?.count == PlaceMAC.tagSize) && version <= Self.sealedVersion)
         self.version = version
         self.fileID = fileID
         self.placeTag = placeTag
@@ -28,7 +35,7 @@ public struct FileHeader: Equatable {
             throw VaultError.fileHeaderDamaged(reason: "\(bytes.count) bytes instead of \(size)")
         }
         let version = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
-        guard version == layout.headerVersion else {
+        guard version == layout.headerVersion || (version == Self.sealedVersion && layout.endsInFinalBlock) else {
             throw VaultError.fileHeaderDamaged(reason: "unknown header version \(version)")
         }
         self.version = version

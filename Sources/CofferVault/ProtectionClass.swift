@@ -39,13 +39,12 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     /// directory fails to open.
     static func associatedData(dirIV: [UInt8]) -> [UInt8] { Array("coffer.class".utf8) + [0] + dirIV }
 
-    /// The sealed record of this class for the directory with IV `dirIV`. `nonce`: only
-    /// known-answer tests choose it.
-    public func sealed(dirIV: [UInt8], box: SealedBox, nonce: [UInt8]? = nil) throws -> [UInt8] {
-        try [Self.recordVersion, rawValue].withUnsafeBytes { plain in
-            let ad = Self.associatedData(dirIV: dirIV)
-            return try nonce.map { try box.seal(plain, associatedData: ad, nonce: $0) } ?? box.seal(plain, associatedData: ad)
-        }
+    /// The sealed record of this class for the directory with IV `dirIV`, sealed
+    /// deterministically: two machines setting the same class (or converting the same
+    /// directory made while locked) write the same bytes, which a sync engine does not
+    /// take for a conflict.
+    public func sealed(dirIV: [UInt8], box: SealedBox) throws -> [UInt8] {
+        try [Self.recordVersion, rawValue].withUnsafeBytes { try box.sealDeterministically($0, associatedData: Self.associatedData(dirIV: dirIV)) }
     }
 
     /// Opens a sealed record of the directory with IV `dirIV`.

@@ -21,10 +21,12 @@ public struct VaultProblem: CustomStringConvertible {
     public var isArriving = false
     /// Not a problem: a directory's protection class other than `complete` (format 6).
     public var isClass = false
+    /// Not a problem: an entry made while locked that no mount has converted yet.
+    public var isDropped = false
 
-    /// The line's label: "damaged", "leftover", "conflict", "arriving" or "class".
+    /// The line's label: "damaged", "leftover", "conflict", "arriving", "class" or "dropped".
     public var kind: String {
-        isClass ? "class" : isArriving ? "arriving" : isConflict ? "conflict" : isLeftover ? "leftover" : "damaged"
+        isDropped ? "dropped" : isClass ? "class" : isArriving ? "arriving" : isConflict ? "conflict" : isLeftover ? "leftover" : "damaged"
     }
 
     public var description: String {
@@ -49,6 +51,8 @@ public struct VaultCheckSummary {
     public var arriving = 0
     /// Directories of a protection class other than `complete`.
     public var classed = 0
+    /// Entries made while locked, not converted yet.
+    public var dropped = 0
 }
 
 public final class VaultChecker {
@@ -169,7 +173,41 @@ public final class VaultChecker {
     public func run() -> VaultCheckSummary {
         checkDirectory(root, path: "", places: [Place.root])
         checkTargetSidecars()
+        checkDropRecords()
         return summary
+    }
+
+    /// File IDs of the files whose key is in a key record, seen by the walk.
+    private var sealedFiles = Set<String>()
+    /// Whether the walk met a directory made while locked (not descended into).
+    private var skippedDrops = false
+
+    /// Key records whose file is gone (a crash between making the record and the file,
+    /// or a file removed while locked on another machine): leftovers. Only after a walk
+    /// that saw every file.
+    private func checkDropRecords() {
+        guard !skippedDrops else { return }
+        for name in DropRecord.recorded(root: root) where !sealedFiles.contains(name) {
+            leftover("", "key record of a file that no longer exists (harmless)", backingName: DropRecord.directory + "/" + name) {
+                try Sys.unlink(DropRecord.directory + "/" + name, in: self.root)
+            }
+        }
+    }
+
+    /// An entry made while locked (format 6), not converted yet: reported with its name;
+    /// a file's content is checked, a directory's is not (it is, once a mount converts it).
+    private func checkDrop(_ name: String, in dir: Int32, path: String) {
+        guard let drops = keys.drops else { return problem(path, "an entry made while locked in a vault without drops", backingName: name) }
+        let shown: [UInt8]
+        do { shown = try DropName.decode(name, keys: drops) } catch { return problem(path, "\(error)", backingName: name) }
+        summary.dropped += 1
+        let childPath = path + "/" + String(decoding: shown, as: UTF8.self)
+        var line = VaultProblem(path: childPath, backingName: nil,
+                                what: "made while locked; a mount makes it an ordinary entry when it lists the directory", isLeftover: false)
+        line.isDropped = true
+        report(line)
+        guard let st = try? Sys.stat(name, in: dir) else { return }
+        if st.st_mode & S_IFMT == S_IFDIR { skippedDrops = true } else { checkFile(name, in: dir, path: childPath, places: []) }
     }
 
     /// Long-target sidecars that some symlink named.
@@ -250,6 +288,10 @@ public final class VaultChecker {
                 leftover(path, "temporary file of an interrupted config or journal write (harmless)", backingName: entry.name) {
                     try Sys.unlink(entry.name, in: dir)
                 }
+                continue
+            }
+            if DropName.isDrop(entry.name) {
+                checkDrop(entry.name, in: dir, path: path)
                 continue
             }
             let name: [UInt8]
@@ -371,8 +413,20 @@ public final class VaultChecker {
         }
         checkXattrs(Sys.procPath(fd.rawValue), path: path)
         // Borrows fd, which lives to the end of this function.
-        let file = ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout)
-        guard checkPlace(file, path: path, places: places) else { return }
+        var file = ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout)
+        if let header = try? file.header(), header.isSealed {
+            // Made while locked: its key is in its key record.
+            guard let drops = keys.drops else { return problem(path, "a file made while locked in a vault without drops") }
+            sealedFiles.insert(DropRecord.fileName(header.fileID))
+            do {
+                let key = try DropRecord.read(fileID: header.fileID, root: root, keys: drops)
+                file = ContentFile(fd: fd.rawValue, cipher: .sealedFile(key: key, algorithm: keys.content.algorithm, fileID: header.fileID),
+                                   layout: layout)
+            } catch {
+                return problem(path, "\(error)")
+            }
+        }
+        guard places.isEmpty || checkPlace(file, path: path, places: places) else { return }
         // Blocks a crash tore that the undo journal puts back are leftovers, not damage.
         var torn: Set<UInt64> = []
         if let journal, journal.hasPending, let id = try? file.fileID() {

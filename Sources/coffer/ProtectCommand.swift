@@ -23,6 +23,9 @@ struct ProtectCommand: ParsableCommand {
     @Flag(name: .long, help: "Show the directory's class (the default without --class).")
     var show = false
 
+    @Flag(name: [.customShort("R"), .long], help: "With --class: set it on every directory below PATH too (new ones take it anyway).")
+    var recursive = false
+
     @Argument(help: "A directory in a mounted coffer vault.")
     var path: String
 
@@ -31,6 +34,7 @@ struct ProtectCommand: ParsableCommand {
             throw ValidationError("--class must be complete or unless-open, not \(protectionClass)")
         }
         if show && protectionClass != nil { throw ValidationError("--show and --class go alone") }
+        if recursive && protectionClass == nil { throw ValidationError("--recursive goes with --class") }
     }
 
     func run() throws {
@@ -38,8 +42,10 @@ struct ProtectCommand: ParsableCommand {
             try checkInMount()
             do {
                 if let protectionClass {
-                    try Sys.setXattr(path, "user.coffer.class", Array(protectionClass.utf8), flags: 0)
-                    print("\(path): \(protectionClass)")
+                    for directory in recursive ? try directories(below: path) : [path] {
+                        try Sys.setXattr(directory, "user.coffer.class", Array(protectionClass.utf8), flags: 0)
+                    }
+                    print("\(path)\(recursive ? " and every directory below" : ""): \(protectionClass)")
                 } else {
                     print("\(path): \(String(decoding: try Sys.getXattr(path, "user.coffer.class"), as: UTF8.self))")
                 }
@@ -47,6 +53,20 @@ struct ProtectCommand: ParsableCommand {
                 throw failure(error.code)
             }
         }
+    }
+
+    /// `root` and every directory below it (symlinks not followed), parents first.
+    private func directories(below root: String) throws -> [String] {
+        var found = [root], index = 0
+        while index < found.count {
+            let dir = found[index]
+            index += 1
+            let fd = try FileDescriptor.open(dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            for entry in try Sys.readDirectory(fd.rawValue) where entry.type == UInt8(DT_DIR) {
+                found.append(dir + "/" + entry.name)
+            }
+        }
+        return found
     }
 
     /// PATH must be a directory of a coffer mount.

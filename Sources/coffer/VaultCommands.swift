@@ -152,7 +152,8 @@ struct FsckCommand: ParsableCommand {
             let conflicts = summary.conflicts == 0 ? "" : "; \(summary.conflicts) conflict cop\(summary.conflicts == 1 ? "y" : "ies") of a sync engine (each listed; rename or delete them as any file)"
             let arriving = summary.arriving == 0 ? "" : "; \(summary.arriving) director\(summary.arriving == 1 ? "y" : "ies") still arriving from a sync engine, not checked"
             let classed = summary.classed == 0 ? "" : "; \(summary.classed) director\(summary.classed == 1 ? "y" : "ies") of a protection class other than complete"
-            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)\(arriving)\(classed)")
+            let dropped = summary.dropped == 0 ? "" : "; \(summary.dropped) entr\(summary.dropped == 1 ? "y" : "ies") made while locked, not converted yet (a mount converts each when it lists its directory)"
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)\(arriving)\(classed)\(dropped)")
             // Every record a crash could need was applied or found unneeded.
             if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
             if summary.problems > 0 {

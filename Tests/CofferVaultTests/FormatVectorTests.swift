@@ -82,8 +82,7 @@ final class FormatVectorTests: XCTestCase {
         out.append(("file_key_xchacha_v6", hex(try v6.content.fileCipher(for: fileID).keyBytesForTests())))
         out.append(("content_block_3_v6", hex(v6Block)))
         out.append(("class_record_unless_open",
-                    hex(try ProtectionClass.unlessOpen.sealed(dirIV: bytes(from: 0xf0, count: 16), box: keys.metadata,
-                                                              nonce: bytes(from: 0xc0, count: 24)))))
+                    hex(try ProtectionClass.unlessOpen.sealed(dirIV: bytes(from: 0xf0, count: 16), box: keys.metadata))))
 
         // Names in a directory whose IV is f0 f1 … ff.
         let dirIV = bytes(from: 0xf0, count: 16)
@@ -195,5 +194,25 @@ final class FormatVectorTests: XCTestCase {
         let sealed = try Base64URL.decode(try XCTUnwrap(documented["slot_passphrase_wrapped"]))
         let master = try SealedBox(key: kek).open(sealed, associatedData: config.associatedData(slot: "passphrase"), what: "slot")
         XCTAssertEqual(Self.hex(master.withUnsafeBytes { Array($0) }), documented["master_key"])
+    }
+
+    /// Format 6's drops: the documented public key is subkey 8's; the documented dropped
+    /// name and key record (made once: sealing is random) open to `hello.txt` and to the
+    /// content vector's file ID with key 30 … 4f; and what this code seals opens again.
+    func testDocumentedDropsOpen() throws {
+        let documented = try Self.documented()
+        let keys = KeySet(master: Self.master(), content: .xchacha20poly1305, perFileKeys: true)
+        let drops = try XCTUnwrap(keys.drops)
+        XCTAssertEqual(Self.hex(drops.publicKey), documented["drop_public_key"])
+        XCTAssertEqual(try DropName.decode(try XCTUnwrap(documented["drop_name_backing"]), keys: drops), Array("hello.txt".utf8))
+        let record = try XCTUnwrap(documented["drop_key_record"])
+        let bytes = stride(from: 0, to: record.count, by: 2).map { UInt8(record[record.index(record.startIndex, offsetBy: $0)...].prefix(2), radix: 16)! }
+        let opened = try drops.open(bytes, what: "record").withUnsafeBytes { Array($0) }
+        XCTAssertEqual(opened, [1] + Self.bytes(from: 0xa0, count: 16) + Self.bytes(from: 0x30, count: 32))
+        let own = try DropName.encode(Array("hello.txt".utf8), to: drops.publicKey)
+        XCTAssertEqual(try DropName.decode(own, keys: drops), Array("hello.txt".utf8))
+        XCTAssertNotEqual(own, try DropName.encode(Array("hello.txt".utf8), to: drops.publicKey), "sealing is random")
+        XCTAssertThrowsError(try DropName.encode([UInt8](repeating: 0x61, count: DropName.maxNameLength + 1), to: drops.publicKey))
+        XCTAssertLessThanOrEqual(try DropName.encode([UInt8](repeating: 0x61, count: DropName.maxNameLength), to: drops.publicKey).utf8.count, 255)
     }
 }

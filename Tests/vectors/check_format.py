@@ -105,6 +105,31 @@ def aead_open(key: bytes, nonce: bytes, sealed: bytes, ad: bytes):
     return out.raw[:out_len.value] if rc == 0 else None
 
 
+def x25519_public(secret: bytes) -> bytes:
+    """crypto_scalarmult_base: the X25519 public key of a 32-byte secret."""
+    out = ctypes.create_string_buffer(32)
+    if sodium.crypto_scalarmult_base(out, secret) != 0:
+        raise RuntimeError("crypto_scalarmult_base failed")
+    return out.raw
+
+
+def box_seal(plaintext: bytes, public: bytes) -> bytes:
+    """crypto_box_seal: ephemeral public key ‖ XSalsa20-Poly1305 box (48 bytes longer)."""
+    out = ctypes.create_string_buffer(len(plaintext) + 48)
+    if sodium.crypto_box_seal(out, plaintext, len(plaintext), public) != 0:
+        raise RuntimeError("crypto_box_seal failed")
+    return out.raw
+
+
+def box_seal_open(sealed: bytes, public: bytes, secret: bytes):
+    """crypto_box_seal_open: the plaintext, or None if refused."""
+    if len(sealed) < 48:
+        return None
+    out = ctypes.create_string_buffer(max(len(sealed) - 48, 1))
+    rc = sodium.crypto_box_seal_open(out, sealed, len(sealed), public, secret)
+    return out.raw[:len(sealed) - 48] if rc == 0 else None
+
+
 def pwhash_argon2id(length: int, passphrase: bytes, salt: bytes, ops: int, mem: int) -> bytes:
     """crypto_pwhash(length, passphrase, salt, ops, mem, ALG_ARGON2ID13)."""
     assert len(salt) == 16
@@ -346,9 +371,12 @@ def xchacha_file_key(k_content: bytes, file_id: bytes) -> bytes:
                            person=b"coffer-xch-file1").digest()
 
 
-def class_record(k_metadata: bytes, nonce: bytes, dir_iv: bytes, protection_class: int) -> bytes:
-    """§9 format 6: coffer.class = nonce(24) ‖ AEAD_seal(K_metadata, nonce, 01 ‖ class, AD = "coffer.class" ‖ 00 ‖ IV)."""
-    return nonce + aead_seal(k_metadata, nonce, bytes([1, protection_class]), b"coffer.class\x00" + dir_iv)
+def class_record(k_metadata: bytes, dir_iv: bytes, protection_class: int) -> bytes:
+    """§12 format 6: coffer.class = nonce(24) ‖ AEAD_seal(K_metadata, nonce, 01 ‖ class, AD = "coffer.class" ‖ 00 ‖ IV),
+    nonce = BLAKE2b-24(key = K_metadata, AD ‖ plaintext)."""
+    ad, plain = b"coffer.class\x00" + dir_iv, bytes([1, protection_class])
+    nonce = hashlib.blake2b(ad + plain, digest_size=24, key=k_metadata).digest()
+    return nonce + aead_seal(k_metadata, nonce, plain, ad)
 
 
 # ---------------------------------------------------------------------------
@@ -517,8 +545,8 @@ def main() -> int:
 
     # §2 master key and subkeys
     check("master_key", MASTER_KEY.hex())
-    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 8)}
-    for i in range(1, 8):
+    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 9)}
+    for i in range(1, 9):
         check("subkey_%d" % i, keys[i].hex())
 
     # §4 content
@@ -542,11 +570,26 @@ def main() -> int:
     file_key = xchacha_file_key(keys[SUBKEY_CONTENT], FILE_ID)
     check("file_key_xchacha_v6", file_key.hex())
     check("content_block_3_v6", content_block(file_key, FILE_ID, BLOCK_INDEX, BLOCK_NONCE, BLOCK_PLAINTEXT).hex())
-    # §9 format 6: the class record of directory IV f0 … ff, unless-open, nonce c0 … d7
-    record = class_record(keys[SUBKEY_METADATA], SYMLINK_NONCE, DIR_IV, 1)
+    # §12 format 6: the class record of directory IV f0 … ff, unless-open
+    record = class_record(keys[SUBKEY_METADATA], DIR_IV, 1)
     check("class_record_unless_open", record.hex())
     opened = aead_open(keys[SUBKEY_METADATA], record[:24], record[24:], b"coffer.class\x00" + seq(0xE0, 0xEF))
     check("roundtrip:class_record_refused_in_another_directory", repr(opened), repr(None))
+    # §12 format 6: drops. The key pair; a dropped name and a key record made once (sealing
+    # is random), which must open; and this implementation's own seals, which must too.
+    drop_secret, drop_public = keys[8], x25519_public(keys[8])
+    check("drop_public_key", drop_public.hex())
+    def open_drop_name(backing):
+        raw = box_seal_open(b64url_decode(backing[len("coffer.drop."):]), drop_public, drop_secret)
+        return raw and pkcs7_unpad(raw)
+    check("drop_name_backing", repr(open_drop_name(vectors["drop_name_backing"])), repr(b"hello.txt"))
+    def open_record(hex_record):
+        raw = box_seal_open(bytes.fromhex(hex_record), drop_public, drop_secret)
+        return raw and (raw[0], raw[1:17], raw[17:])
+    check("drop_key_record", repr(open_record(vectors["drop_key_record"])), repr((1, FILE_ID, seq(0x30, 0x4F))))
+    own_name = "coffer.drop." + b64url(box_seal(pkcs7_pad(b"hello.txt"), drop_public))
+    check("roundtrip:drop_name_opens", repr(open_drop_name(own_name)), repr(b"hello.txt"))
+    check("roundtrip:drop_name_length", str(len(own_name)), str(len("coffer.drop.") + (48 + 16) * 4 // 3 + 1))
 
     # §5 short name
     k_mac, k_stream = keys[SUBKEY_NAME_MAC], keys[SUBKEY_NAME_STREAM]

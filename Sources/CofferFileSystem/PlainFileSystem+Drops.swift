@@ -1,0 +1,421 @@
+// New files while locked (format 6, docs/FORMAT.md §12): in a directory of class
+// `unless-open` a program may create files and directories while the vault is locked,
+// write, fsync and read them through its descriptors, rename and remove them among
+// themselves — a maildir delivery, a sqlite database with its journal, an rsync of a
+// tree. Each is a *drop* (CofferVault's Drop): its name and its key sealed to the drop
+// key's public half, so the daemon holds nothing that reads the files from before the
+// lock. At the unlock each drop becomes an ordinary entry under its name (its content
+// keeps its own key, read from its key record); one found later — carried from another
+// machine, or left by a daemon that ended while locked — is converted when its directory
+// is listed, in the same way, so that every machine converting it writes the same bytes.
+//
+// What a lock keeps for this: the directories that take drops (unless-open, known to the
+// kernel at the lock) and the names on the way to them from the root, so that a program
+// can still reach them by path; those names stay in the daemon's memory while locked.
+import CofferCrypto
+import CofferSystem
+import CofferVault
+import Glibc
+import Synchronization
+
+/// What the mount keeps from one lock to the next unlock for drops.
+final class LockedDrops: Sendable {
+    struct Key: Hashable {
+        let dev: UInt64
+        let ino: UInt64
+        init(_ node: Node) { dev = node.dev; ino = node.ino }
+    }
+
+    /// An entry made while locked.
+    struct Drop {
+        var backing: String
+        let node: Node
+        /// A file's own key; nil for a directory.
+        let cipher: ContentCipher?
+    }
+
+    /// A directory reachable while locked.
+    struct Directory {
+        let node: Node
+        /// New entries may be made in it (it is unless-open), not only passed through.
+        var takesDrops: Bool
+        /// Names kept from before the lock, leading to directories that take drops.
+        var passages: [[UInt8]: Node] = [:]
+        /// Entries made since the lock, by name.
+        var drops: [[UInt8]: Drop] = [:]
+    }
+
+    struct State {
+        /// From the lock's decision to the unlock's conversion.
+        var active = false
+        /// The drop key's public half, known from the first unlock of the mount on.
+        var publicKey: [UInt8]?
+        var directories: [Key: Directory] = [:]
+    }
+
+    /// Lock order: taken after PlainFileSystem's lockDecision, before NodeTable.table and
+    /// Node.state (a leaf otherwise).
+    let state = Mutex(State())
+}
+
+extension PlainFileSystem {
+    // MARK: At the lock and the unlock
+
+    /// At a lock (no operation running, the keys still there): the directories that take
+    /// drops, and the names that lead to them.
+    func prepareDrops(keys: Keys) {
+        guard let publicKey = keys.set.drops?.publicKey else { return }
+        var directories: [LockedDrops.Key: LockedDrops.Directory] = [:]
+        for node in nodes.allNodes() where node.isDirectory && protectionClass(of: node, keys: keys) == .unlessOpen {
+            directories[.init(node), default: .init(node: node, takesDrops: true)].takesDrops = true
+            var child = node
+            while let (parent, name) = child.entry, child !== nodes.root {
+                directories[.init(parent), default: .init(node: parent, takesDrops: false)].passages[name] = child
+                child = parent
+            }
+        }
+        drops.state.withLock { state in
+            state.publicKey = publicKey
+            state.directories = directories
+            state.active = !directories.isEmpty
+        }
+    }
+
+    /// At an unlock, before the view opens: every drop of this lock becomes an ordinary
+    /// entry (`convert`), directories before what they hold.
+    /// `open` opens the view, still under the drop state's lock: an operation that waited
+    /// for the conversion finds the vault unlocked.
+    func convertDrops(keys: Keys, thenOpen open: () -> Void) {
+        drops.state.withLock { state in
+            defer {
+                state = LockedDrops.State(publicKey: keys.set.drops?.publicKey)
+                open()
+            }
+            guard state.active else { return }
+            // Directories made while locked are converted before what they hold.
+            let dropped = Set(state.directories.values.flatMap { $0.drops.values.filter { $0.cipher == nil }.map { LockedDrops.Key($0.node) } })
+            var pending = state.directories.values.filter { $0.takesDrops && !dropped.contains(.init($0.node)) }.map(\.node)
+            while let dir = pending.popLast() {
+                guard let made = state.directories[.init(dir)]?.drops else { continue }
+                for (name, drop) in made {
+                    do {
+                        let converted = try convert(drop.backing, in: dir, keys: keys)
+                        drop.node.setName(converted.name, parent: dir)
+                        if drop.cipher == nil { pending.append(drop.node) }
+                    } catch {
+                        logger.error("unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \(error)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes drop `backing` of `dir` an ordinary entry and returns its name and backing
+    /// name: its place tag written (a file) or its IV file made (a directory, the IV
+    /// derived from the dropped name) and its class inherited, then renamed to the
+    /// encrypted name of its plaintext name — or, if that is taken, of "NAME (dropped
+    /// XXXXXXXX)" (from the dropped name: every machine picks the same). Idempotent: a
+    /// crash in between leaves a drop that the next conversion finishes.
+    func convert(_ backing: String, in dir: Node, keys: Keys) throws -> (name: [UInt8], backing: String) {
+        guard let dropKeys = keys.set.drops else { throw Errno(EACCES, "no drop key") }
+        let name = try DropName.decode(backing, keys: dropKeys)
+        let st = try Sys.stat(backing, in: dir.fd)
+        // A conversion is no change a program made: the times of the entry and of its
+        // directory stay as they were (rsync -a set them, make and backups read them).
+        let dirStat = try Sys.stat(dir.fd)
+        defer { try? Sys.setTimes(dir.fd, [dirStat.st_atim, dirStat.st_mtim]) }
+        var shown = name
+        var new = try backingName(shown, in: dir, keys: keys)
+        if exists(new.name, in: dir) {
+            let mark = Hash.blake2b256(Array(backing.utf8)).prefix(4).map { String(format: "%02x", $0) }.joined()
+            shown = DropName.alternative(name, mark: mark)
+            new = try backingName(shown, in: dir, keys: keys)
+        }
+        let place = Place(dirIV: try directoryIV(dir, keys: keys), name: shown)
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            let path = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+            try path.withReopened(flags: O_RDWR, owner: st) { fd in
+                let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
+                let id = try file.header().fileID
+                try file.setPlaceTag(keys.set.places.tag(fileID: id.bytes, dirIV: place.dirIV, name: place.name))
+                try Sys.fsync(fd)
+            }
+        case S_IFDIR:
+            let sub = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+            if (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) == nil {
+                let iv = Array(Hash.blake2b256(Array("coffer.dropdir\0".utf8) + Array(backing.utf8)).prefix(NameCipher.ivSize))
+                _ = try DirectoryIV.create(in: sub.rawValue, iv: iv,
+                                           tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+                try inheritClass(from: dir, into: sub.rawValue, iv: iv, keys: keys)
+                try Sys.setTimes(sub.rawValue, [st.st_atim, st.st_mtim])
+            }
+        default:
+            throw Errno(EINVAL, "a dropped entry is a file or a directory")
+        }
+        _ = try NameTransform.writeSidecar(new, in: dir.fd)
+        do {
+            try Sys.rename(backing, in: dir.fd, to: new.name, in: dir.fd, flags: RENAME_NOREPLACE)
+        } catch let error as Errno where error.code == ENOENT && exists(new.name, in: dir) {
+            // Converted meanwhile (by a listing): done.
+        }
+        try AtomicFile.syncDirectory(dir.fd)
+        let parent = dir.plaintextPath == "/" ? "" : dir.plaintextPath
+        logger.notice("made while locked: \(parent)/\(String(decoding: shown, as: UTF8.self)) (backing inode \(st.st_ino)) is an ordinary entry now")
+        return (shown, new.name)
+    }
+
+    /// Converts the entries of `dir` made while locked that no mount converted yet (once
+    /// per directory until another program changes it: one listing). True if it did any.
+    func convertFoundDrops(in dir: Node, keys: Keys) -> Bool {
+        guard keys.set.drops != nil, !dir.dropsChecked.exchange(true, ordering: .acquiringAndReleasing) else { return false }
+        var converted = false
+        for name in (try? Sys.listDirectory(dir.fd)) ?? [] where DropName.isDrop(name) {
+            do {
+                _ = try convert(name, in: dir, keys: keys)
+                converted = true
+            } catch {
+                logger.error("damage: in \(dir.plaintextPath): an entry made while locked (\(name)): \(error)")
+            }
+        }
+        return converted
+    }
+
+    // MARK: While locked
+
+    /// Runs `body` on the drop state if the mount is locked and takes drops; nil if it is
+    /// unlocked (the caller goes on as usual). A lock under way decides first.
+    func whileLocked<R>(_ body: (inout LockedDrops.State) throws -> R) throws -> R? {
+        guard !isUnlocked else { return nil }
+        lockDecision.withLock { _ in }
+        return try drops.state.withLock { state in
+            guard state.active, !isUnlocked else { return nil }
+            return try body(&state)
+        }
+    }
+
+    /// The directory `id` while locked, or EACCES.
+    private func reachable(_ id: UInt64, in state: LockedDrops.State, takingDrops: Bool = false) throws -> LockedDrops.Directory {
+        guard let dir = state.directories[.init(nodes.node(id))], dir.takesDrops || !takingDrops else {
+            throw Errno(EACCES, "locked")
+        }
+        return dir
+    }
+
+    /// A kept or dropped node `node`, shown as `name` in `dir`, entered again for the
+    /// kernel: the same node if the kernel still holds it, else a new one of its inode,
+    /// which learns its name (so that after the unlock its IV file's place is checked).
+    private func reenter(_ node: Node, as name: [UInt8], in dir: Node) throws -> Entry {
+        let st = try Sys.stat(node.fd)
+        var entered = node
+        if !nodes.rememberAgain(node) {
+            entered = nodes.remember(fd: try FileDescriptor.open(node.procPath, flags: O_PATH), stat: st).node
+            entered.setName(name, parent: dir)
+        }
+        return Entry(node: nodes.id(of: entered), attributes: plain(st, of: entered.fd), validFor: OtherWriters.shortCache)
+    }
+
+    func lockedLookup(parent: UInt64, name: [UInt8]) throws -> Entry? {
+        try whileLocked { state in
+            let dir = try reachable(parent, in: state)
+            if let node = dir.passages[name] { return try reenter(node, as: name, in: dir.node) }
+            if let drop = dir.drops[name] { return try reenter(drop.node, as: name, in: dir.node) }
+            throw Errno(dir.takesDrops ? ENOENT : EACCES, "locked")
+        }
+    }
+
+    /// The drop of `node` in the state, if it is one.
+    private func drop(of node: Node, in state: LockedDrops.State) -> LockedDrops.Drop? {
+        for dir in state.directories.values {
+            if let found = dir.drops.values.first(where: { $0.node.dev == node.dev && $0.node.ino == node.ino }) { return found }
+        }
+        return nil
+    }
+
+    /// Whether `node` may be stat'ed while locked: a directory on the way, or a drop.
+    func lockedAttributes(_ id: UInt64) throws -> stat? {
+        try whileLocked { state in
+            let node = nodes.node(id)
+            guard state.directories[.init(node)] != nil || drop(of: node, in: state) != nil else { throw Errno(EACCES, "locked") }
+            return plain(try Sys.stat(node.fd), of: node.fd)
+        }
+    }
+
+    /// access(2) while locked: of a directory on the way, or a drop.
+    func lockedAccess(_ id: UInt64, mask: Int32) throws -> Bool? {
+        guard try lockedAttributes(id) != nil else { return nil }
+        try Sys.access(nodes.node(id).procPath, mask)
+        return true
+    }
+
+    /// The cipher of dropped file `id` while locked (a directory: nil), or EACCES.
+    func lockedDrop(_ id: UInt64) throws -> LockedDrops.Drop? {
+        try whileLocked { state in
+            guard let found = drop(of: nodes.node(id), in: state) else { throw Errno(EACCES, "locked") }
+            return found
+        }
+    }
+
+    /// The sealed name of a new drop `name` (ENAMETOOLONG past DropName.maxNameLength).
+    private func dropName(_ name: [UInt8], _ state: LockedDrops.State) throws -> String {
+        guard let publicKey = state.publicKey else { throw Errno(EACCES, "locked") }
+        do {
+            return try DropName.encode(name, to: publicKey)
+        } catch VaultError.nameTooLong {
+            throw Errno(ENAMETOOLONG, "a name made while locked has at most \(DropName.maxNameLength) bytes")
+        }
+    }
+
+    func lockedCreate(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64)? {
+        try whileLocked { state in
+            var dir = try reachable(parent, in: state, takingDrops: true)
+            if let existing = dir.drops[name] {
+                guard flags & O_EXCL == 0 else { throw Errno(EEXIST, "create") }
+                let entry = try reenter(existing.node, as: name, in: dir.node)
+                return (entry, try openDrop(existing, flags: flags))
+            }
+            guard dir.passages[name] == nil else { throw Errno(EEXIST, "create") }
+            let backing = try dropName(name, state)
+            let id = FileID.random()
+            let key = SecureBytes.random(count: 32)
+            let cipher = ContentCipher.sealedFile(key: key, algorithm: vault.config.contentAlgorithm, fileID: id)
+            try DropRecord.write(key: key, fileID: id, to: state.publicKey!, root: nodes.root.fd)
+            let fd: FileDescriptor
+            do {
+                fd = try FileDescriptor.open(backing, in: dir.node.fd, flags: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
+            } catch {
+                DropRecord.remove(fileID: id, root: nodes.root.fd)
+                throw error
+            }
+            do {
+                try ContentFile(fd: fd.rawValue, cipher: cipher, layout: layout).initialize(sealed: id) { _ in
+                    [UInt8](repeating: 0, count: PlaceMAC.tagSize)
+                }
+                try own(backing, in: dir.node, fd: fd.rawValue, caller: caller, mode: mode)
+            } catch {
+                try? Sys.unlink(backing, in: dir.node.fd)
+                DropRecord.remove(fileID: id, root: nodes.root.fd)
+                throw error
+            }
+            let entry = try enter(backing, in: dir.node, plainName: name)
+            let drop = LockedDrops.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher)
+            dir.drops[name] = drop
+            state.directories[.init(dir.node)] = dir
+            let file = OpenFile(node: drop.node, fd: fd, writable: flags & O_ACCMODE != O_RDONLY, synchronous: flags & O_DSYNC != 0)
+            drop.node.keep(cipher.copy())
+            return (entry, file.issueHandle())
+        }
+    }
+
+    /// A new open file of dropped file `drop` (O_TRUNC empties it).
+    private func openDrop(_ drop: LockedDrops.Drop, flags: Int32) throws -> UInt64 {
+        guard let cipher = drop.cipher else { throw Errno(EISDIR, "open") }
+        let (backingFlags, writable) = Self.backingFlags(flags)
+        let fd = try FileDescriptor.open(drop.node.procPath, flags: backingFlags)
+        if flags & O_TRUNC != 0 && writable {
+            try drop.node.contentLock.writing { try content(fd.rawValue, of: drop.node, cipher: cipher).truncate(to: 0) }
+        }
+        let file = OpenFile(node: drop.node, fd: fd, writable: writable, synchronous: backingFlags & O_DSYNC != 0)
+        drop.node.keep(cipher.copy())
+        return file.issueHandle()
+    }
+
+    func lockedOpen(_ id: UInt64, flags: Int32) throws -> UInt64? {
+        guard let found = try lockedDrop(id) else { return nil }
+        return try openDrop(found, flags: flags)
+    }
+
+    func lockedMkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry? {
+        try whileLocked { state in
+            var dir = try reachable(parent, in: state, takingDrops: true)
+            guard dir.drops[name] == nil, dir.passages[name] == nil else { throw Errno(EEXIST, "mkdir") }
+            let backing = try dropName(name, state)
+            try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
+            do {
+                try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFDIR)
+            } catch {
+                _ = try? Sys.unlink(backing, in: dir.node.fd, directory: true)
+                throw error
+            }
+            let entry = try enter(backing, in: dir.node, plainName: name)
+            let node = nodes.node(entry.node)
+            dir.drops[name] = .init(backing: backing, node: node, cipher: nil)
+            state.directories[.init(dir.node)] = dir
+            state.directories[.init(node)] = .init(node: node, takesDrops: true)
+            return entry
+        }
+    }
+
+    /// unlink and rmdir while locked: only of drops.
+    func lockedRemove(parent: UInt64, name: [UInt8], directory: Bool) throws -> Bool? {
+        try whileLocked { state in
+            var dir = try reachable(parent, in: state, takingDrops: true)
+            guard let drop = dir.drops[name] else { throw Errno(dir.passages[name] != nil ? EACCES : ENOENT, "locked") }
+            guard (drop.cipher == nil) == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
+            if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
+            try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
+            if let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
+                DropRecord.remove(fileID: id, root: nodes.root.fd)
+            }
+            dir.drops[name] = nil
+            state.directories[.init(dir.node)] = dir
+            if directory { state.directories[.init(drop.node)] = nil }
+            return true
+        }
+    }
+
+    /// rename while locked: a drop to a name of a directory that takes drops, over
+    /// another drop or none (RENAME_EXCHANGE: EACCES).
+    func lockedRename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws -> Bool? {
+        try whileLocked { state in
+            guard flags & RENAME_EXCHANGE == 0 else { throw Errno(EACCES, "locked") }
+            var from = try reachable(parent, in: state, takingDrops: true)
+            guard let moving = from.drops[name] else { throw Errno(from.passages[name] != nil ? EACCES : ENOENT, "locked") }
+            let sameDirectory = from.node === nodes.node(newParent) || LockedDrops.Key(from.node) == LockedDrops.Key(nodes.node(newParent))
+            var to = sameDirectory ? from : try reachable(newParent, in: state, takingDrops: true)
+            guard to.passages[newName] == nil else { throw Errno(EACCES, "locked") }
+            if sameDirectory && name == newName { return true }
+            let replaced = to.drops[newName]
+            if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
+            let target = try replaced?.backing ?? dropName(newName, state)
+            if let replaced, replaced.cipher != nil { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
+            try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+            if let replaced, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
+                DropRecord.remove(fileID: id, root: nodes.root.fd)
+            }
+            if let replaced, replaced.cipher == nil { state.directories[.init(replaced.node)] = nil }
+            var moved = moving
+            moved.backing = target
+            from.drops[name] = nil
+            if sameDirectory { to = from }
+            to.drops[newName] = moved
+            moving.node.setName(newName, parent: to.node)
+            state.directories[.init(from.node)] = sameDirectory ? to : from
+            state.directories[.init(to.node)] = to
+            return true
+        }
+    }
+
+    /// The listing of directory `node` while locked: what was made in it since the lock.
+    func lockedListing(_ node: Node) throws -> [ListedEntry]? {
+        try whileLocked { state in
+            guard let dir = state.directories[.init(node)], dir.takesDrops else { throw Errno(EACCES, "locked") }
+            var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
+                           ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
+            for (name, drop) in dir.drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+                entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.cipher == nil ? DT_DIR : DT_REG),
+                                           backingName: drop.backing))
+            }
+            return entries
+        }
+    }
+
+    /// fsync of a directory while locked: one that takes drops.
+    func lockedSyncDirectory(_ node: Node) throws -> Bool? {
+        try whileLocked { state in
+            guard state.directories[.init(node)]?.takesDrops == true else { throw Errno(EACCES, "locked") }
+            try AtomicFile.syncDirectory(node.fd)
+            return true
+        }
+    }
+}

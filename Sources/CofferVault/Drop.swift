@@ -1,0 +1,120 @@
+// Files and directories made while the vault is locked (format 6, docs/FORMAT.md §12):
+// a *drop*. Its name is sealed to the drop key (DropName) and its content is sealed
+// under a random key of its own, which a key record at the vault root holds sealed to
+// the drop key too (DropRecord). Writing either needs only the public key; reading needs
+// the secret key, so a daemon that is locked can take new files without holding
+// anything that reads older ones.
+import CofferCrypto
+import CofferSystem
+import Glibc
+
+public enum DropName {
+    /// How the backing name of a drop begins (a name with a `.` is never an encrypted name).
+    public static let prefix = "coffer.drop."
+    /// The longest plaintext name a drop can have: its sealed form (the name padded to
+    /// 16 bytes, plus 48) must fit a backing name of 255 bytes. A longer name made while
+    /// locked is ENAMETOOLONG.
+    public static let maxNameLength = 127
+
+    public static func isDrop(_ backingName: String) -> Bool { backingName.hasPrefix(prefix) }
+
+    /// The backing name of a drop shown as `name`: prefix ‖ base64url(sealed(name ‖
+    /// PKCS#7 padding to 16)). Random: the same name sealed twice differs.
+    public static func encode(_ name: [UInt8], to publicKey: [UInt8]) throws -> String {
+        try NameTransform.validate(name)
+        guard name.count <= maxNameLength else { throw VaultError.nameTooLong }
+        let pad = NameCipher.padding - name.count % NameCipher.padding
+        let padded = name + [UInt8](repeating: UInt8(pad), count: pad)
+        return prefix + Base64URL.encode(padded.withUnsafeBytes { DropKeys.seal($0, to: publicKey) })
+    }
+
+    /// The name a drop `name` takes when its own is taken at its conversion: "NAME
+    /// (dropped MARK)", the name cut to fit 255 bytes.
+    public static func alternative(_ name: [UInt8], mark: String) -> [UInt8] {
+        let suffix = Array(" (dropped \(mark))".utf8)
+        return Array(name.prefix(NameTransform.maxNameLength - suffix.count)) + suffix
+    }
+
+    /// The plaintext name of drop `backingName`; `nameDamaged` if it does not open.
+    public static func decode(_ backingName: String, keys: DropKeys) throws -> [UInt8] {
+        let damaged = VaultError.nameDamaged(backingName: backingName)
+        guard isDrop(backingName), let sealed = try? Base64URL.decode(String(backingName.dropFirst(prefix.count))),
+              let opened = try? keys.open(sealed, what: "dropped name") else { throw damaged }
+        let padded = opened.withUnsafeBytes { Array($0) }
+        guard let pad = padded.last, pad >= 1, Int(pad) <= NameCipher.padding, Int(pad) <= padded.count,
+              padded.suffix(Int(pad)).allSatisfy({ $0 == pad }) else { throw damaged }
+        let name = Array(padded.dropLast(Int(pad)))
+        guard (try? NameTransform.validate(name)) != nil else { throw damaged }
+        return name
+    }
+}
+
+public enum DropRecord {
+    /// The directory at the vault root that holds the key records.
+    public static let directory = "coffer.drops"
+    static let version: UInt8 = 1
+    /// Plaintext of a record: version ‖ file ID ‖ key.
+    static let plainSize = 1 + FileID.size + 32
+    /// Bytes of a record file.
+    public static let fileSize = plainSize + DropKeys.overhead
+
+    /// The record's file name: base64url of the file ID.
+    public static func fileName(_ id: FileID) -> String { Base64URL.encode(id.bytes) }
+
+    /// Writes the record of file `id`, key `key`, sealed to `publicKey`, durably (file and
+    /// directory fsynced) before the file is made: a file whose fsync returned must never
+    /// lack its key after a power cut.
+    public static func write(key: SecureBytes, fileID id: FileID, to publicKey: [UInt8], root: Int32) throws {
+        do {
+            try Sys.mkdir(directory, in: root, mode: 0o700)
+            try AtomicFile.syncDirectory(root)
+        } catch let error as Errno where error.code == EEXIST {}
+        let dir = try FileDescriptor.open(directory, in: root, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        let plain = SecureBytes(count: plainSize)
+        plain.withUnsafeMutableBytes { out in
+            out[0] = version
+            out.baseAddress!.advanced(by: 1).copyMemory(from: id.bytes, byteCount: FileID.size)
+            key.withUnsafeBytes { out.baseAddress!.advanced(by: 1 + FileID.size).copyMemory(from: $0.baseAddress!, byteCount: 32) }
+        }
+        let sealed = plain.withUnsafeBytes { DropKeys.seal($0, to: publicKey) }
+        let fd = try FileDescriptor.open(fileName(id), in: dir.rawValue, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+        do {
+            try sealed.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+            try Sys.fsync(fd.rawValue)
+        } catch {
+            try? Sys.unlink(fileName(id), in: dir.rawValue)
+            throw error
+        }
+        try AtomicFile.syncDirectory(dir.rawValue)
+    }
+
+    /// The key of sealed file `id`: `metadataDamaged` if its record is missing, does not
+    /// open, or names another file.
+    public static func read(fileID id: FileID, root: Int32, keys: DropKeys) throws -> SecureBytes {
+        let what = "key record \(directory)/\(fileName(id)) of a file made while locked"
+        let bytes: [UInt8]
+        do {
+            bytes = try Sys.readFile(directory + "/" + fileName(id), in: root, limit: 4096)
+        } catch let error as Errno where [ENOENT, EINVAL, ELOOP, ENOTDIR].contains(error.code) {
+            throw VaultError.metadataDamaged(what: what + " (missing)")
+        }
+        guard bytes.count == fileSize, let plain = try? keys.open(bytes, what: what) else { throw VaultError.metadataDamaged(what: what) }
+        let fits = plain.withUnsafeBytes { $0[0] == version && Array($0[1...FileID.size]) == id.bytes }
+        guard fits else { throw VaultError.metadataDamaged(what: what) }
+        let key = SecureBytes(count: 32)
+        plain.withUnsafeBytes { p in key.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: p[(1 + FileID.size)...])) } }
+        plain.wipe()
+        return key
+    }
+
+    /// Removes the record of file `id` (its file is gone); nothing if there is none.
+    public static func remove(fileID id: FileID, root: Int32) {
+        _ = try? Sys.unlink(directory + "/" + fileName(id), in: root)
+    }
+
+    /// The file IDs that have records (for fsck: a record whose file is gone is a leftover).
+    public static func recorded(root: Int32) -> [String] {
+        guard let dir = try? FileDescriptor.open(directory, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW) else { return [] }
+        return ((try? Sys.listDirectory(dir.rawValue)) ?? []).filter { !$0.hasPrefix(".") }
+    }
+}
