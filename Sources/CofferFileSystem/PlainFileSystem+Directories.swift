@@ -27,6 +27,8 @@ final class OpenDirectory {
     /// the listing opendir took instead of reading the directory a second time.
     /// (The kernel sends one READDIR at a time per open directory.)
     var served = false
+    /// The listing was taken while locked: only what was made since the lock.
+    var takenWhileLocked = false
 
     init(node: Node) { self.node = node }
 
@@ -44,6 +46,7 @@ extension PlainFileSystem {
         if let listing = try lockedListing(nodes.node(id)) {
             let directory = OpenDirectory(node: nodes.node(id))
             directory.entries = listing
+            directory.takenWhileLocked = true
             return directory.issueHandle()
         }
         return try withKeys { keys in
@@ -94,15 +97,19 @@ extension PlainFileSystem {
     /// The listing from `offset` on. Offset 0 re-reads the directory, as rewinddir
     /// expects, unless the listing opendir took has not been served yet.
     public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
-        let open = OpenDirectory.borrow(handle)
-        if offset == 0 && open.served, let listing = try lockedListing(open.node) { open.entries = listing }
-        if !isUnlocked {
-            open.served = true
-            return open.entries.dropFirst(offset)
+        let directory = OpenDirectory.borrow(handle)
+        if directory.takenWhileLocked, let listing = try lockedListing(directory.node) {
+            if offset == 0 && directory.served { directory.entries = listing }
+            directory.served = true
+            return directory.entries.dropFirst(offset)
         }
+        // A listing taken with the keys is served only with them; one taken while locked is
+        // taken again once unlocked.
         return try withKeys { keys in
-            let directory = OpenDirectory.borrow(handle)
-            if offset == 0 && directory.served { try load(directory, keys: keys) }
+            if (offset == 0 && directory.served) || directory.takenWhileLocked {
+                try load(directory, keys: keys)
+                directory.takenWhileLocked = false
+            }
             directory.served = true
             return directory.entries.dropFirst(offset)
         }

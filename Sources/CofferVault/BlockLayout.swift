@@ -20,19 +20,24 @@ public struct BlockLayout: Sendable, Equatable {
     public static let unbound = BlockLayout(header: 1)
     /// Format 4: header version 2 (with the place tag), every file ends in a final block.
     public static let bound = BlockLayout(header: 2)
+    /// Format 6: as format 4, and files made while locked have header version 3.
+    public static let boundWithDrops = BlockLayout(header: 2, sealed: true)
 
     /// The layout of a vault of `format`.
-    public static func of(format: Int) -> BlockLayout { format >= 4 ? .bound : .unbound }
+    public static func of(format: Int) -> BlockLayout { format >= 6 ? .boundWithDrops : format >= 4 ? .bound : .unbound }
 
     /// The header version this layout writes and reads.
     public let headerVersion: UInt16
+    /// Header version 3 (a file made while locked, FileHeader.sealedVersion) is read too.
+    public let readsSealedHeaders: Bool
     /// Bytes of the file header before block 0.
     public let headerSize: Int64
     /// Every file ends in a sealed final block of n mod 4096 plaintext bytes (format 4).
     public var endsInFinalBlock: Bool { headerVersion >= 2 }
 
-    private init(header version: UInt16) {
+    private init(header version: UInt16, sealed: Bool = false) {
         headerVersion = version
+        readsSealedHeaders = sealed
         headerSize = Int64(FileHeader.size(version: version))
     }
 

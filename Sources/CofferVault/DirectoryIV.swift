@@ -85,10 +85,15 @@ public enum DirectoryIV {
         }
     }
 
-    /// fsyncs the IV file of `dir`.
+    /// fsyncs the IV file of `dir`; a directory without one (made while locked, format 6:
+    /// it gets one at its conversion) is fsynced itself.
     public static func sync(in dir: Int32) throws {
-        let fd = try FileDescriptor.openRegular(fileName, in: dir)
-        try Sys.fsync(fd.rawValue)
+        do {
+            let fd = try FileDescriptor.openRegular(fileName, in: dir)
+            try Sys.fsync(fd.rawValue)
+        } catch let error as Errno where error.code == ENOENT {
+            try AtomicFile.syncDirectory(dir)
+        }
     }
 
     /// Writes `bytes` as the IV file of `dir` (which must not have one).

@@ -35,7 +35,7 @@ public struct FileHeader: Equatable {
             throw VaultError.fileHeaderDamaged(reason: "\(bytes.count) bytes instead of \(size)")
         }
         let version = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
-        guard version == layout.headerVersion || (version == Self.sealedVersion && layout.endsInFinalBlock) else {
+        guard version == layout.headerVersion || (version == Self.sealedVersion && layout.readsSealedHeaders) else {
             throw VaultError.fileHeaderDamaged(reason: "unknown header version \(version)")
         }
         self.version = version

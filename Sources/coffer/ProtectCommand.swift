@@ -11,8 +11,9 @@ struct ProtectCommand: ParsableCommand {
         abstract: "Set or show a directory's protection class (what a lock does to its files).",
         discussion: """
             complete (the default): at a lock every file is refused. unless-open: a file open \
-            at the lock stays usable through its open descriptors until it is closed. A new \
-            directory takes its parent's class. The vault must be unlocked and of format 6; \
+            at the lock stays usable through its open descriptors until it is closed, and new \
+            files and directories can be made in it while locked (sealed to the vault's drop \
+            key; ordinary entries again from the unlock). A new directory takes its parent's class. The vault must be unlocked and of format 6; \
             only the directory's owner (or root) sets its class. The same as \
             `setfattr -n user.coffer.class -v CLASS PATH` and `getfattr -n user.coffer.class PATH`.
             """)

@@ -74,6 +74,54 @@ final class DurabilityTests: EndToEndCase {
 
     // MARK: Power cuts
 
+    /// Issue 33, part 2: while locked, a maildir delivery goes on in an unless-open
+    /// directory (a file made in tmp/ — some in a directory made while locked —, written,
+    /// fsynced, renamed into new/, new/ fsynced) and the power is cut in the middle of it.
+    /// After the recovery every delivery whose fsyncs returned is in new/ with its
+    /// content, found by its name, and fsck finds no damage.
+    func testDeliveriesWhileLockedSurviveAPowerCut() throws {
+        let (disk, vault) = try vaultOnPowerCutDisk()
+        let acknowledged = scratch.path + "/delivered"
+        assertOK(vault.sh("""
+            mkdir -p Mail/tmp Mail/new && '\(Harness.coffer)' protect -R --class unless-open Mail > /dev/null && ls Mail/tmp Mail/new
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            """), "lock")
+        let writer = Harness.start(["python3", "-c", """
+            import os, sys
+            md, ack = sys.argv[1] + '/Mail', sys.argv[2]
+            os.mkdir(md + '/new/sub')
+            i = 0
+            while True:
+                i += 1
+                where = 'new/sub' if i % 3 == 0 else 'new'
+                fd = os.open('%s/tmp/m%d' % (md, i), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+                os.write(fd, ('message %d ' % i).encode() * (50 + i % 200)); os.fsync(fd); os.close(fd)
+                os.rename('%s/tmp/m%d' % (md, i), '%s/%s/m%d' % (md, where, i))
+                d = os.open('%s/%s' % (md, where), os.O_RDONLY); os.fsync(d); os.close(d)
+                with open(ack + '.tmp', 'w') as a: a.write(str(i))
+                os.rename(ack + '.tmp', ack)
+            """, vault.mountpoint, acknowledged])
+        defer { writer.terminate() }
+        func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
+        for _ in 0..<100 where count() < 30 { usleep(50_000) }
+        XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled")
+        disk.cut(vault)
+        writer.terminate()
+        writer.waitUntilExit()
+        let delivered = count()
+        XCTAssertTrue(disk.recover(), "the image does not mount after the cut")
+        vault.mount()
+        try XCTSkipUnless(vault.isMounted, "no mount after recovery")
+        assertOK(python(vault, """
+            for i in range(1, \(delivered) + 1):
+                where = 'new/sub' if i % 3 == 0 else 'new'
+                data = open('Mail/%s/m%d' % (where, i), 'rb').read()
+                if data != ('message %d ' % i).encode() * (50 + i % 200):
+                    raise SystemExit('m%d: %d bytes, not its content' % (i, len(data)))
+            """), "every acknowledged delivery reads back")
+        assertCleanFsck(vault)
+    }
+
     /// Issue 33: a file of an unless-open directory, open through a lock, takes appends
     /// with fsync before and while locked; the power is cut in the middle of them. Every
     /// append whose fsync returned reads back after recovery, and fsck finds no damage.

@@ -13,7 +13,7 @@ final class InitCommandTests: EndToEndCase {
         XCTAssertEqual(grep.status, 1, "neither passphrase nor recovery key in any file: \(grep.stdout)")
         let info = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(info.status, 0)
-        let format = "5"
+        let format = "6"
         XCTAssertTrue(info.stdout.contains("Format version: \(format)"), "new vaults here are format \(format): \(info.stdout)")
         XCTAssertTrue(info.stdout.contains("argon2id13, 2 passes, 64 MiB"))
         XCTAssertFalse(info.stdout.contains(key))

@@ -376,11 +376,11 @@ final class MountSemanticsTests: EndToEndCase {
     }
 
     /// A format-1 vault keeps format 1's limit, so that an older coffer never meets a
-    /// symlink it cannot read; a new vault is format 5.
+    /// symlink it cannot read; a new vault is format 6.
     func testAFormat1VaultKeepsItsSymlinkLimit() {
         let (dir, made) = initVault("old")
         XCTAssertEqual(made.status, 0, made.stderr)
-        let format = 5
+        let format = 6
         XCTAssertTrue(Harness.sh("grep -q '\"format\" : \(format)' \(dir)/coffer.conf").status == 0, "new vaults here are format \(format)")
         let cipherdir = scratch.mkdir("v1.cipher"), mountpoint = scratch.mkdir("v1.plain")
         let passfile = scratch.file("v1.pass", "pass\n")

@@ -3,7 +3,8 @@
 // (scripts/syncthing-pair), each mounted by its own coffer daemon — through the steps a
 // user meets: an edit, an append, an edit on both sides while apart, a directory made on
 // both sides (with the same names made on both), a large file synced while it is
-// written, and a directory of many files arriving while the other side reads it.
+// written, a directory of many files arriving while the other side reads it, and a file
+// made on one side while it is locked (converted on both, to one file).
 import Foundation
 import XCTest
 
@@ -96,6 +97,22 @@ final class SyncthingTests: EndToEndCase {
         touch "$W/stop"; wait $reader
         [ "$(cat "$MB/burst/f123")" = 'file 123' ] || fail "B/burst/f123"
         grep -v 'No such file or directory' "$W/errs" && fail "B got errors while the directory arrived" || true
+
+        echo "7. a file made on A while A is locked reads on B; both convert it, to one file"
+        mkdir "$MA/mail"; "$COFFER" protect --class unless-open "$MA/mail" > /dev/null; ls "$MA/mail"; synced
+        touch "$W/before-drops"; sleep 1.1
+        "$COFFER" lock "$MA" > /dev/null
+        echo 'made on A while locked' > "$MA/mail/msg"; synced
+        apart
+        soon '[ "$(cat "$MB/mail/msg")" = "made on A while locked" ]' || fail "B/mail: $(ls "$MB/mail")"
+        "$COFFER" unlock --passfile "$PF" "$MA" > /dev/null
+        together
+        for m in "$MA" "$MB"; do
+          soon '[ "$(ls "$m/mail" | tr "\n" " ")" = "msg " ]' || fail "$m/mail: $(ls "$m/mail")"
+          [ "$(cat "$m/mail/msg")" = 'made on A while locked' ] || fail "$m/mail/msg"
+        done
+        [ -z "$(find "$A" "$B" -name '*sync-conflict*' -newer "$W/before-drops")" ] || fail "a conflict copy: $(find "$A" "$B" -name '*sync-conflict*' -newer "$W/before-drops")"
+        [ -z "$(find "$A" "$B" -name 'coffer.drop.*')" ] || fail "an entry left unconverted"
 
         grep -h "damage:\|unexpected" "$W/a.log" "$W/b.log" && fail "the daemons logged damage" || true
         echo "all steps passed"
