@@ -29,9 +29,16 @@ struct UnmountCommand: ParsableCommand {
             let daemon = (try? SocketPath.forMountpoint(path))
                 .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 2).status?.pid }
                 .flatMap { pid in LiveDaemons.startTime(pid_t(pid)).map { (pid_t(pid), $0) } }
-            let (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
+            // A program that has just closed its last file in the mount may still hold it
+            // for a moment: the kernel releases the file once the daemon has answered
+            // (asynchronously), so "busy" is asked again for up to 2 s before it is final.
+            var (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
+            for _ in 0..<20 where !status.succeeded && Self.isBusy(text) {
+                usleep(100_000)
+                (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
+            }
             guard status.succeeded else {
-                if text.contains("busy") || text.contains("Device or resource busy") {
+                if Self.isBusy(text) {
                     throw CommandFailure(status: .unmountBusy, message: "\(mountpoint) is busy: a process still uses it")
                 }
                 throw CommandFailure(status: .failure, message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
@@ -39,4 +46,7 @@ struct UnmountCommand: ParsableCommand {
             if let (pid, started) = daemon { LiveDaemons.waitForExit(pid, startedAt: started, seconds: 30) }
         }
     }
+
+    /// Whether fusermount3's message says the mount is in use.
+    static func isBusy(_ text: String) -> Bool { text.contains("busy") || text.contains("Device or resource busy") }
 }

@@ -52,8 +52,10 @@ final class DurabilityTests: EndToEndCase {
     }
 
     /// Cuts the power, boots from the disk as the cut left it, and mounts the vault.
-    func cutAndRecover(_ disk: PowerCutDisk, _ vault: MountedVault) throws {
+    /// `afterCut` runs between the cut and the reboot (a writer ended, what it was told read).
+    func cutAndRecover(_ disk: PowerCutDisk, _ vault: MountedVault, afterCut: () -> Void = {}) throws {
         disk.cut(vault)
+        afterCut()
         XCTAssertTrue(disk.recover(), "the image does not mount after the cut")
         vault.mount()
         try XCTSkipUnless(vault.isMounted, "no mount after recovery")
@@ -105,13 +107,8 @@ final class DurabilityTests: EndToEndCase {
         func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
         for _ in 0..<100 where count() < 30 { usleep(50_000) }
         XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled")
-        disk.cut(vault)
-        writer.terminate()
-        writer.waitUntilExit()
-        let delivered = count()
-        XCTAssertTrue(disk.recover(), "the image does not mount after the cut")
-        vault.mount()
-        try XCTSkipUnless(vault.isMounted, "no mount after recovery")
+        var delivered = 0
+        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); delivered = count() }
         assertOK(python(vault, """
             for i in range(1, \(delivered) + 1):
                 where = 'new/sub' if i % 3 == 0 else 'new'
@@ -147,13 +144,8 @@ final class DurabilityTests: EndToEndCase {
         let atLock = count()
         usleep(1_000_000)
         XCTAssertGreaterThan(count(), atLock + 5, "the kept file took no appends while locked")
-        disk.cut(vault)
-        writer.terminate()
-        writer.waitUntilExit()
-        let synced = count()
-        XCTAssertTrue(disk.recover(), "the image does not mount after the cut")
-        vault.mount()
-        try XCTSkipUnless(vault.isMounted, "no mount after recovery")
+        var synced = 0
+        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); synced = count() }
         assertOK(python(vault, """
             n = \(synced)
             want = b''.join(random.Random(i).randbytes(700 + 97 * (i % 50)) for i in range(1, n + 1))

@@ -78,6 +78,26 @@ enum Harness {
     static let flipByte = "python3 -c 'import sys; f = open(sys.argv[1], \"r+b\"); f.seek(int(sys.argv[2])); "
         + "b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0xff]))'"
 
+    /// Python that defines `scan(pid, needles)`: how often each of the byte strings in the
+    /// dict `needles` occurs in the readable memory of process `pid` (read as root through
+    /// /proc/PID/mem), by name.
+    static let memoryScan = """
+        def scan(pid, needles):
+            found = {name: 0 for name in needles}
+            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+                for line in maps:
+                    fields = line.split()
+                    if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]")): continue
+                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                    try:
+                        mem.seek(lo); region = mem.read(hi - lo)
+                    except OSError:
+                        continue
+                    for name, needle in needles.items(): found[name] += region.count(needle)
+            return found
+
+        """
+
     /// Runs a shell script with `bash -euo pipefail -c`.
     @discardableResult
     static func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {

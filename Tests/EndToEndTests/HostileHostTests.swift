@@ -445,7 +445,7 @@ final class HostileHostTests: EndToEndCase {
     func testAfterALockTheDaemonsMemoryHoldsNoFileContents() {
         let vault = mountedVault()
         let marker = "CONTENTMARKER-\(UInt32.random(in: 0...UInt32.max))-"
-        let script = """
+        let script = Harness.memoryScan + """
             import json, os, subprocess, sys
             coffer, m, c, marker = sys.argv[1:5]
             with open(os.path.join(m, "file"), "w") as f: f.write(marker * 5000)
@@ -471,17 +471,7 @@ final class HostileHostTests: EndToEndCase {
                 os.close(fd)
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
-            found = 0
-            with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-                for line in maps:
-                    fields = line.split()
-                    if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]")): continue
-                    lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                    try:
-                        mem.seek(lo); found += mem.read(hi - lo).count(marker.encode())
-                    except OSError:
-                        pass
-            print("copies", found)
+            print("copies", scan(pid, {"marker": marker.encode()})["marker"])
             """
         let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, marker], timeout: 120)
         XCTAssertTrue(r.stdout.contains("copies 0\n"), "file contents in the daemon's memory after lock: \(r.stdout) \(r.stderr)")

@@ -169,7 +169,7 @@ final class ProtectionClassTests: EndToEndCase {
         vault.mount()
         let vectors = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("vectors").path
-        let script = """
+        let script = Harness.memoryScan + """
             import hashlib, json, os, subprocess, sys, time
             coffer, m, c, recovery, vectors = sys.argv[1:6]
             sys.path.insert(0, vectors)
@@ -199,23 +199,10 @@ final class ProtectionClassTests: EndToEndCase {
                     "kept file": file_key("kept"), "closed file": file_key("closed")}
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
-            def scan():
-                found = {name: 0 for name in keys}
-                with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-                    for line in maps:
-                        fields = line.split()
-                        if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]")): continue
-                        lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                        try:
-                            mem.seek(lo); region = mem.read(hi - lo)
-                        except OSError:
-                            continue
-                        for name, key in keys.items(): found[name] += region.count(key)
-                return found
             kept.seek(0); assert kept.read(5) == b"kkkkk"
-            print("while open", json.dumps(scan(), sort_keys=True))
+            print("while open", json.dumps(scan(pid, keys), sort_keys=True))
             kept.close(); time.sleep(0.5)
-            print("after close", json.dumps(scan(), sort_keys=True))
+            print("after close", json.dumps(scan(pid, keys), sort_keys=True))
             """
         let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, recovery, vectors], timeout: 120)
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
