@@ -296,7 +296,8 @@ final class ProtectionClassTests: EndToEndCase {
     }
 
     /// While locked: sqlite makes a database (its rollback journal made and removed with
-    /// each transaction) and reads it back, rsync -a copies a tree, cp a file — into an
+    /// each transaction) and reads it back, and one in WAL mode (its -wal and mmapped
+    /// -shm files made while locked), rsync -a copies a tree, cp a file — into an
     /// unless-open directory. After the unlock all of it reads as it was written, and
     /// fsck finds no damage.
     func testSqliteRsyncAndCpMakeNewFilesWhileLocked() {
@@ -316,6 +317,7 @@ final class ProtectionClassTests: EndToEndCase {
             insert into t (v) select v || 'x' from t;
             SQL
             sqlite3 bg/new.db 'select count(*) from t;'
+            python3 -c 'import sqlite3; db = sqlite3.connect("bg/wal.db", isolation_level=None); print(db.execute("pragma journal_mode=wal").fetchone()[0]); db.execute("create table w (n)"); [db.execute("insert into w values (?)", (i,)) for i in range(100)]; print(db.execute("select sum(n) from w").fetchone()[0])'
             rsync -a '\(source)/' bg/tree/
             cp '\(source)/a/big' bg/big.copy
             # Files only: rsync leaves the times of the directories it has just made as they
@@ -326,12 +328,13 @@ final class ProtectionClassTests: EndToEndCase {
             ls "$M" > /dev/null 2>&1 || echo "the root refused"
             "$C" unlock --passfile '\(vault.passfile)' "$M" > /dev/null
             sqlite3 bg/new.db 'pragma integrity_check; select group_concat(v) from t;'
+            sqlite3 bg/wal.db 'pragma integrity_check; select sum(n) from w;'
             diff -r '\(source)' bg/tree && echo tree same
             cmp '\(source)/a/big' bg/big.copy && echo copy same
             (cd bg/tree && find . -type f -printf '%P %m %T@\n' | sort) | diff "$S/source.attrs" - && echo modes and times same
             """.replacingOccurrences(of: "$S", with: scratch.path))
         XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init),
-                       ["4", "modes and times same while locked", "big.copy new.db tree ", "the root refused", "ok", "a,b,ax,bx", "tree same", "copy same", "modes and times same"],
+                       ["4", "wal", "4950", "modes and times same while locked", "big.copy new.db tree wal.db ", "the root refused", "ok", "a,b,ax,bx", "ok", "4950", "tree same", "copy same", "modes and times same"],
                        r.stdout + r.stderr)
         vault.unmount()
         let fsck = vault.fsck()
