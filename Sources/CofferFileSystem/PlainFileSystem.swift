@@ -92,10 +92,14 @@ public final class PlainFileSystem: Sendable {
     ///               while the lock drains the operations in flight: only operations
     ///               already refused at the gate wait for it) → KeyGate.drained
     ///               (only to find the semaphore to wait on or to signal);
-    ///               lockDecision → NodeTable.table → Node.state, Node.opened
+    ///               lockDecision → LockedDrops.state → NodeTable.table → Node.state,
+    ///               Node.opened; unlocking: LockedDrops.state (held while the files made
+    ///               while locked are converted and the view opens) → Node.state
     ///     workers:  Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.state;
-    ///               Node.contentLock → FileIDCache, VolatileBlocks
+    ///               Node.contentLock → FileIDCache, VolatileBlocks;
+    ///               while locked: LockedDrops.state → NodeTable.table → Node.state,
+    ///               Node.opened (lockDecision is only waited for, never held then)
     ///
     /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.state. NodeTable.table and
