@@ -372,4 +372,21 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertTrue(same.stdout.contains("same tree"), same.stdout + same.stderr)
         XCTAssertFalse(same.stdout.contains("DIFFERS"), same.stdout)
     }
+
+    /// Nobody without the vault's keys makes a drop (its public key is never stored): a
+    /// planted `coffer.drop.*` entry is damage — not shown, logged — and fsck says so.
+    func testAPlantedDropIsDamageNotAFile() {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir bg && echo real > bg/real"), "setup")
+        let dir = Harness.sh("cd '\(vault.cipherdir)' && ls -d */ | tr -d /").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let planted = "coffer.drop." + String(repeating: "A", count: 86)
+        assertOK(Harness.sh("echo planted > '\(vault.cipherdir)/\(dir)/\(planted)'"), "plant")
+        let r = vault.sh("ls bg; cat bg/real")
+        XCTAssertEqual(r.stdout, "real\nreal\n", r.stderr)
+        XCTAssertTrue(vault.log.contains("damage: in /bg: an entry made while locked"), vault.log)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout)
+        XCTAssertTrue(fsck.stdout.contains("damaged: /bg/<\(planted)>"), fsck.stdout)
+    }
 }
