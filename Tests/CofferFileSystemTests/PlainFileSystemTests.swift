@@ -330,4 +330,32 @@ final class PlainFileSystemTests: XCTestCase {
         assertErrno(EACCES, try fs.lookup(parent: root, name: name("f")))
         assertErrno(EACCES, try fs.opendir(root))
     }
+
+    // MARK: Protection classes (format 6)
+
+    /// A file open at a lock in an unless-open directory keeps working through its handle,
+    /// with a key of its own that is retired at its last close; a closed file of the same
+    /// directory, and everything in a complete one, is refused.
+    func testAFileOpenAtALockKeepsOnlyItsOwnKeyUntilItsLastClose() throws {
+        let bg = try fs.mkdir(parent: root, name: name("bg"), mode: 0o755, caller: me).node
+        try fs.setxattr(bg, name: PlainFileSystem.classAttribute, value: Array("unless-open".utf8), flags: 0, caller: me)
+        let (entry, handle) = try fs.create(parent: bg, name: name("kept"), mode: 0o644, flags: O_RDWR, caller: me)
+        let closed = try makeFile("closed", in: bg, contents: [1, 2, 3])
+        let plain = try makeFile("plain", contents: [4])
+        fs.lock(kernelCaches: false)
+        XCTAssertEqual(try ([7, 8, 9] as [UInt8]).withUnsafeBytes { try fs.write(handle, $0, at: 0, caller: me) }, 3)
+        try fs.fsync(handle, dataOnly: false)
+        var buffer = [UInt8](repeating: 0, count: 3)
+        XCTAssertEqual(try buffer.withUnsafeMutableBytes { try fs.read(handle, into: $0, at: 0) }, 3)
+        XCTAssertEqual(buffer, [7, 8, 9])
+        for node in [closed, plain] {
+            XCTAssertThrowsError(try fs.open(node, flags: O_RDONLY, caller: me)) { XCTAssertEqual(($0 as? Errno)?.code, EACCES) }
+        }
+        let kept = try XCTUnwrap(fs.nodes.node(entry.node).keptKey)
+        XCTAssertNotNil(kept.onlyFile, "a key of the file alone")
+        XCTAssertNoThrow(try kept.keyBytesForTests())
+        fs.release(handle)
+        XCTAssertNil(fs.nodes.node(entry.node).keptKey)
+        XCTAssertThrowsError(try kept.keyBytesForTests(), "the key outlived the file's last close")
+    }
 }
