@@ -71,6 +71,11 @@ enum FuseOperations {
         // another program changes is dropped by the daemon itself (OtherWriters), and
         // a lock drops everything.
         conn.pointee.want &= ~UInt32(FUSE_CAP_AUTO_INVAL_DATA)
+        // No asynchronous direct I/O (libfuse asks for it by default): with it the kernel
+        // splits one O_DIRECT write of an AIO into requests it sends at once, and a
+        // buffered read racing them could read back stale bytes (xfstests generic/451,
+        // docs/CONFORMANCE.md). coffer serves direct I/O through the same blocks as any.
+        conn.pointee.want &= ~UInt32(FUSE_CAP_ASYNC_DIO)
         if conn.pointee.capable & UInt32(FUSE_CAP_READDIRPLUS) != 0 {
             conn.pointee.want |= UInt32(FUSE_CAP_READDIRPLUS)
             conn.pointee.want &= ~UInt32(FUSE_CAP_READDIRPLUS_AUTO)

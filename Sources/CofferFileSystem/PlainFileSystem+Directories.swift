@@ -1,5 +1,6 @@
-// Listing directories of the plaintext view: a listing decrypts every name once, at
-// opendir (or rewind); readdirplus then enters entries by their backing names.
+// Listing directories of the plaintext view: a listing decrypts every name once, at the
+// first readdir (or after a rewind); readdirplus then enters entries by their backing
+// names.
 import CofferCrypto
 import CofferSystem
 import CofferVault
@@ -19,14 +20,11 @@ public struct ListedEntry {
     public var isDotOrDotDot: Bool { backingName == "." || backingName == ".." }
 }
 
-/// An open directory: the node and the listing taken at opendir or rewind.
+/// An open directory: the node and the listing taken at its first READDIR (or at a
+/// rewind's). The kernel sends one READDIR at a time per open directory.
 final class OpenDirectory {
     let node: Node
     var entries: [ListedEntry] = []
-    /// False from a load until the first READDIR: a READDIR at offset 0 then serves
-    /// the listing opendir took instead of reading the directory a second time.
-    /// (The kernel sends one READDIR at a time per open directory.)
-    var served = false
     /// The listing was taken while locked: only what was made since the lock.
     var takenWhileLocked = false
 
@@ -49,11 +47,7 @@ extension PlainFileSystem {
             directory.takenWhileLocked = true
             return directory.issueHandle()
         }
-        return try withKeys { keys in
-            let directory = OpenDirectory(node: nodes.node(id))
-            try load(directory, keys: keys)
-            return directory.issueHandle()
-        }
+        return try withKeys { _ in OpenDirectory(node: nodes.node(id)).issueHandle() }
     }
 
     /// Reads and decrypts the backing directory. A name that fails to decrypt is left
@@ -94,23 +88,23 @@ extension PlainFileSystem {
         directory.entries = entries
     }
 
-    /// The listing from `offset` on. Offset 0 re-reads the directory, as rewinddir
-    /// expects, unless the listing opendir took has not been served yet.
+    /// The listing from `offset` on. Offset 0 reads the directory (anew after a rewind,
+    /// as rewinddir(3) expects).
     public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
         let directory = OpenDirectory.borrow(handle)
         if directory.takenWhileLocked, let listing = try lockedListing(directory.node) {
-            if offset == 0 && directory.served { directory.entries = listing }
-            directory.served = true
+            if offset == 0 { directory.entries = listing }
             return directory.entries.dropFirst(offset)
         }
         // A listing taken with the keys is served only with them; one taken while locked is
         // taken again once unlocked.
         return try withKeys { keys in
-            if (offset == 0 && directory.served) || directory.takenWhileLocked {
+            // Offset 0: the first READDIR, or one after a rewind, which must see what was
+            // made since the opendir (rewinddir(3)).
+            if offset == 0 || directory.takenWhileLocked {
                 try load(directory, keys: keys)
                 directory.takenWhileLocked = false
             }
-            directory.served = true
             return directory.entries.dropFirst(offset)
         }
     }

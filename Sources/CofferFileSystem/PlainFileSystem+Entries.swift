@@ -249,7 +249,10 @@ extension PlainFileSystem {
     }
 
     /// rename(2)/renameat2(2): `flags` may hold RENAME_NOREPLACE or RENAME_EXCHANGE.
+    /// Other flags (RENAME_WHITEOUT, for overlayfs) are refused with EINVAL: a whiteout
+    /// left under a long name would have no sidecar to name it.
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        guard flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL, "rename flags") }
         if try lockedRename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) != nil { return }
         try withKeys { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)

@@ -85,13 +85,15 @@ public enum DirectoryIV {
         }
     }
 
-    /// fsyncs the IV file of `dir`; a directory without one (made while locked, format 6:
-    /// it gets one at its conversion) is fsynced itself.
+    /// fsyncs the IV file of `dir`. A directory made while locked (format 6) has none
+    /// until its conversion: it is fsynced itself.
     public static func sync(in dir: Int32) throws {
         do {
             let fd = try FileDescriptor.openRegular(fileName, in: dir)
             try Sys.fsync(fd.rawValue)
         } catch let error as Errno where error.code == ENOENT {
+            guard let path = try? Sys.readlink(Sys.procPath(dir), in: AT_FDCWD),
+                  DropName.isDrop(String(path.split(separator: "/").last ?? "")) else { throw error }
             try AtomicFile.syncDirectory(dir)
         }
     }
