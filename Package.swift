@@ -21,6 +21,8 @@ let package = Package(
                        providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
+        .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd",
+                       providers: [.apt(["libsystemd-dev"])]),
         // The Linux calls and constants behind _GNU_SOURCE, compiled against the real headers.
         .target(name: "CLinux"),
         // Layer 2: the crypto engine — bytes in, bytes out.
@@ -42,9 +44,13 @@ let package = Package(
         .target(name: "CofferGate", dependencies: [
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", logging,
         ]),
+        // Beside layer 5: D-Bus through sd-bus — the mount's object on the session bus and
+        // logind's screen lock and suspend on the system bus. The gate never imports it;
+        // the command wires the two together.
+        .target(name: "CofferBus", dependencies: ["CSystemd", "CofferSystem", logging]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
-            "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate",
+            "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate", "CofferBus",
             "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
         // Helpers the unit tests share (a temporary directory).
