@@ -120,6 +120,10 @@ public struct GateStatus: Codable, Equatable, Sendable {
     public var protectionClasses: [String]?
     /// Files a lock left their keys, still open (unless-open; nil from an older daemon).
     public var filesKeptOpen: Int?
+    /// The mount's well-known name on the owner's session bus (nil: not on D-Bus).
+    public var busName: String?
+    /// What of the desktop session locks the vault (`--lock-on`: "screen", "suspend").
+    public var lockOn: [String]?
 }
 
 /// What the server answers. `error` is a stable code; `message` is for people.

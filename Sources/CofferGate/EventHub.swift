@@ -32,6 +32,8 @@ public final class EventHub: Sendable {
     private struct Subscribers {
         var byDescriptor: [Int32: Subscriber] = [:]
         var stopped = false
+        /// In-process listeners (the D-Bus object, systemd's status line), in order.
+        var listeners: [@Sendable (Event) -> Void] = []
     }
 
     private let subscribers = Mutex(Subscribers())
@@ -66,6 +68,12 @@ public final class EventHub: Sendable {
         wake()
     }
 
+    /// Calls `listener` with every event published from now on, on the publishing thread
+    /// and after the subscribers were sent it: it must not wait (hand the event on).
+    public func listen(_ listener: @escaping @Sendable (Event) -> Void) {
+        subscribers.withLock { $0.listeners.append(listener) }
+    }
+
     /// The number of subscribers now (for status and tests).
     public var count: Int { subscribers.withLock { $0.byDescriptor.values.filter { !$0.dropped }.count } }
 
@@ -73,14 +81,15 @@ public final class EventHub: Sendable {
     /// starts a new wait for `done` from those that delay a lock.
     public func publish(_ event: Event) {
         let frame = Frames.encode(event)
-        let targets: [Int32] = subscribers.withLock { state in
+        let (targets, listeners) = subscribers.withLock { state in
             if event.event == Event.Kind.willLock.rawValue {
                 for fd in state.byDescriptor.keys { state.byDescriptor[fd]!.done = !state.byDescriptor[fd]!.delays }
             }
-            return state.byDescriptor.filter { !$0.value.dropped }.map(\.key)
+            return (state.byDescriptor.filter { !$0.value.dropped }.map(\.key), state.listeners)
         }
         var full: [Int32] = []
         for fd in targets where !frame.withUnsafeBytes({ Sys.sendWithoutWaiting(fd, $0) }) { full.append(fd) }
+        listeners.forEach { $0(event) }
         guard !full.isEmpty else { return }
         subscribers.withLock { state in
             for fd in full { state.byDescriptor[fd]?.dropped = true }
@@ -184,9 +193,10 @@ public struct Event: Codable, Equatable, Sendable {
         case willLock = "will-lock", locked, unlocked, unmounting, conflict, damage
     }
 
-    /// Why a lock comes.
+    /// Why a lock comes: a command (`coffer lock`, D-Bus Lock), the idle timer, a wipe,
+    /// the end of the daemon, the desktop's screen lock, or a suspend (`--lock-on`).
     public enum Reason: String, Sendable {
-        case command, idle, wipe, unmount
+        case command, idle, wipe, unmount, screen, suspend
     }
 
     public var events = EventHub.version

@@ -29,6 +29,10 @@ public final class Gate: Sendable {
         var wiped = false
         /// Set by `shutDown`: the daemon is ending, no unlock is accepted any more.
         var closed = false
+        /// The mount's name on the session bus (nil: not on D-Bus) and what of the desktop
+        /// session locks it (`--lock-on`), for `status`; set by `attachDesktop`.
+        var busName: String?
+        var lockOn: [String] = []
     }
 
     /// One unlock or lock at a time, held through the whole of it — the key derivation of
@@ -158,6 +162,15 @@ public final class Gate: Sendable {
         }
     }
 
+    /// Locks because the desktop session asks (`--lock-on`: a screen lock, a suspend):
+    /// announced with the mount's grace, cut to `graceLimit` (a suspend waits only as long
+    /// as logind lets it). Before a suspend the vault is locked by the time this returns,
+    /// whatever happened during the grace: the machine must not sleep unlocked.
+    public func lockForSession(_ reason: Event.Reason, detail: String, graceLimit: Double?) {
+        lockAnnounced(reason: reason, detail: detail, grace: min(lockGrace, graceLimit ?? lockGrace))
+        if reason == .suspend { lock(reason: reason, detail: "\(detail), after the grace") }
+    }
+
     /// Locks if the view is unlocked (and, with `idle`, no operation needed the keys for
     /// that many seconds), in the gate's turn: subscribers hear `will-lock` first (with
     /// `announce`; an announced lock was told before its grace) and `locked` after, both
@@ -205,6 +218,14 @@ public final class Gate: Sendable {
         thread.start()
     }
 
+    /// Records the mount's bus name (nil: not on D-Bus) and `--lock-on`'s triggers for `status`.
+    public func attachDesktop(busName: String?, lockOn: [String]) {
+        state.withLock { state in
+            state.busName = busName
+            state.lockOn = lockOn
+        }
+    }
+
     /// The gate's state now; never waits for an unlock or lock in progress.
     public func status() -> GateStatus { state.withLock { status($0) } }
 
@@ -216,6 +237,6 @@ public final class Gate: Sendable {
                           formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
                           transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace,
                           protectionClasses: ProtectionClass.allCases.filter { $0 == .complete || fs.vault.config.hasProtectionClasses }.map(\.name),
-                          filesKeptOpen: fs.filesKeptOpen)
+                          filesKeptOpen: fs.filesKeptOpen, busName: state.busName, lockOn: state.lockOn)
     }
 }
