@@ -86,6 +86,9 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case wipeIncomplete = 47
     /// protect: the vault is locked (or the directory cannot be read); unlock it first.
     case locked = 48
+    /// mount --lock-on: logind cannot be reached on the system bus, or refused the
+    /// inhibitor or the session list.
+    case sessionUnavailable = 49
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -51,6 +51,9 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Announce an idle lock (and `coffer lock --grace`) this long before it comes, so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).", valueName: "duration"))
     var lockGrace: String?
 
+    @Option(name: .long, help: ArgumentHelp("Lock when the desktop session does: screen (logind's screen lock of one of your sessions), suspend (before the machine sleeps, which waits for it); both as screen,suspend. Announced with --lock-grace (before a suspend, at most half of logind's InhibitDelayMaxSec).", valueName: "screen,suspend"))
+    var lockOn: [String] = []
+
     @Option(name: .long, help: ArgumentHelp("Worker threads serving requests (1…64; default 8, or 2 per core above 4 cores).", valueName: "n"))
     var threads: Int = FuseSession.defaultThreads
 
@@ -101,6 +104,9 @@ struct MountCommand: ParsableCommand {
         }
         if let lockGrace, !(1...60).contains(parseDuration(lockGrace) ?? 0) {
             throw ValidationError("--lock-grace takes a duration of 1s to 60s, such as 10s")
+        }
+        if LockTrigger.parse(lockOn) == nil {
+            throw ValidationError("--lock-on takes screen, suspend, or both (screen,suspend)")
         }
         // allow_other alone would let every user past the owner's file modes: only
         // --allow-other, which adds default_permissions, may let others in.
@@ -179,6 +185,7 @@ struct MountCommand: ParsableCommand {
         if passphrase != nil { arguments += ["--passphrase-fd", "4"] }
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if let lockGrace { arguments += ["--lock-grace", lockGrace] }
+        for trigger in lockOn { arguments += ["--lock-on", trigger] }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         // Resolved here: the daemon does not read the environment for it.
@@ -295,6 +302,12 @@ struct MountCommand: ParsableCommand {
         // The passphrase given at mount opens the same gate as `coffer unlock`.
         if let master { fs.unlock(master) }
 
+        // On the session bus, and following logind where asked; named as the socket is.
+        let desktop = try DesktopSession(gate: gate, events: events,
+                                         id: String(URL(fileURLWithPath: socketPath).lastPathComponent.dropLast(".sock".count)),
+                                         mountpoint: target, lockOn: LockTrigger.parse(lockOn) ?? [], logger: logger)
+        defer { desktop.stop() }
+
         let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, logger: logger)
         do {
             try server.start()
@@ -320,7 +333,7 @@ struct MountCommand: ParsableCommand {
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         status.succeed()
         served = true
-        SystemdNotify.send("READY=1\nSTATUS=mounted \(target)")
+        SystemdNotify.send("READY=1\nSTATUS=\(DesktopSession.statusLine(target, locked: !fs.isUnlocked))")
         session.run(threads: threads)
         SystemdNotify.send("STOPPING=1")
         fs.stopFollowingOtherWriters()

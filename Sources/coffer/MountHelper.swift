@@ -9,7 +9,8 @@ struct MountHelperCommand: ParsableCommand {
         discussion: """
             Installed as /sbin/mount.coffer, it makes `mount -t coffer CIPHERDIR MOUNTPOINT \
             -o OPTIONS` and /etc/fstab lines of type coffer work. Options: passfile=FILE, \
-            extpass=CMD (split at spaces), idle_lock=DURATION, allow_other (with default_permissions), ro, socket=PATH, \
+            extpass=CMD (split at spaces), idle_lock=DURATION, lock_grace=DURATION, lock_on=screen \
+            and lock_on=suspend (one each: a comma ends an option), allow_other (with default_permissions), ro, socket=PATH, \
             log_file=FILE; mount(8)'s and systemd's own (rw, defaults, noauto, nofail, \
             _netdev, user, x-systemd.…, comment=…) are left to them; any other goes to FUSE \
             as -o. A passphrase is never an option's value: it comes from passfile=, extpass=, the \
@@ -82,6 +83,8 @@ struct MountHelperCommand: ParsableCommand {
             case "passfile": arguments += ["--passfile", try required()]
             case "extpass": arguments += ["--extpass", try required()]
             case "idle_lock": arguments += ["--idle-lock", try required()]
+            case "lock_grace": arguments += ["--lock-grace", try required()]
+            case "lock_on": arguments += ["--lock-on", try required()]
             case "socket": arguments += ["--socket", try required()]
             case "log_file": arguments += ["--log-file", try required()]
             case "allow_other": arguments.append("--allow-other")

@@ -1,5 +1,6 @@
 // SystemdNotify tells systemd (Type=notify) that the mount is live (READY=1) or going
-// away (STOPPING=1), by a datagram to $NOTIFY_SOCKET; without it, nothing happens.
+// away (STOPPING=1), and whether it is locked (STATUS=, the unit's status line), by a
+// datagram to $NOTIFY_SOCKET; without it, nothing happens.
 import CofferGate
 import CofferSystem
 import Foundation
@@ -13,6 +14,7 @@ enum SystemdNotify {
         guard raw >= 0 else { return }
         let fd = FileDescriptor(owning: raw)
         let message = Array(state.utf8)
-        _ = address.withSockaddr { sendto(fd.rawValue, message, message.count, 0, $0, $1) }
+        // Never waits (a lock sends it): a datagram that does not fit now is not sent.
+        _ = address.withSockaddr { sendto(fd.rawValue, message, message.count, Int32(MSG_DONTWAIT), $0, $1) }
     }
 }
