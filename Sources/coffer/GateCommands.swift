@@ -155,8 +155,8 @@ struct EventsCommand: ParsableCommand {
         commandName: "events",
         abstract: "Print what happens to a mounted vault, one line per event, until the mount ends.",
         discussion: """
-            Events: will-lock (reason command, idle or wipe, and the deadline), locked (the same, \
-            or unmount), \
+            Events: will-lock (reason command, idle, wipe, screen or suspend, and the deadline), \
+            locked (the same, or unmount), \
             unlocked, unmounting, conflict (a sync engine's conflict copy appeared, with its \
             path) and damage (a damaged block or name was refused, with the path). Each line \
             is the time, the event and its fields; with --json, the event's JSON object \
@@ -218,6 +218,7 @@ struct StatusCommand: ParsableCommand {
                 State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
                 Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")\(status.lockGraceSeconds.map { $0 > 0 ? String(format: ", announced %.0f s before", $0) : "" } ?? "")
                 Subscribers:     \(status.subscribers.map(String.init) ?? "none (no events)") to coffer events
+                Desktop:         \(status.busName.map { "on the session bus as \($0)" } ?? "not on D-Bus")\((status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and "))
                 Protection:      \((status.protectionClasses ?? ["complete"]).joined(separator: ", "))\(status.filesKeptOpen.map { $0 > 0 ? "; \($0) open file\($0 == 1 ? "" : "s") kept through the lock" : "" } ?? "")
                 Failed unlocks:  \(status.failedAttempts)\(status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : "")
                 Mountpoint:      \(status.mountpoint)

@@ -48,7 +48,7 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Lock after this long without a file-system operation (e.g. 90s, 15m, 1h).", valueName: "duration"))
     var idleLock: String?
 
-    @Option(name: .long, help: ArgumentHelp("Announce an idle lock (and `coffer lock --grace`) this long before it comes, so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).", valueName: "duration"))
+    @Option(name: .long, help: ArgumentHelp("Announce an idle, screen or suspend lock (and `coffer lock --grace`) this long before it comes, so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).", valueName: "duration"))
     var lockGrace: String?
 
     @Option(name: .long, help: ArgumentHelp("Lock when the desktop session does: screen (logind's screen lock of one of your sessions), suspend (before the machine sleeps, which waits for it); both as screen,suspend. Announced with --lock-grace (before a suspend, at most half of logind's InhibitDelayMaxSec).", valueName: "screen,suspend"))

@@ -143,7 +143,7 @@ final class DesktopSessionTests: EndToEndCase {
         let r = run("""
             bus_up; mount_vault
             N=$("$COFFER" status --json "$M" | jq -r .busName); P=/io/github/coffer/Mount/${N#io.github.coffer.Mount.}
-            echo "$N"
+            echo "$N"; "$COFFER" status "$M" | grep '^Desktop:' | sed "s/$N/NAME/"
             started stdbuf -oL gdbus monitor --address "$BUS" --dest "$N" > "$S/monitor"
             soon 'grep -q "is owned by" "$S/monitor"'
             busctl --address="$BUS" get-property "$N" "$P" io.github.coffer.Mount1 Locked Mountpoint | sed "s#$M#MOUNTPOINT#"
@@ -163,6 +163,7 @@ final class DesktopSessionTests: EndToEndCase {
         XCTAssertTrue(name.hasPrefix("io.github.coffer.Mount.vault_plain_"), name)
         XCTAssertEqual(r.stdout, """
             \(name)
+            Desktop:         on the session bus as NAME
             b false
             s "MOUNTPOINT"
             Call failed: Access denied
@@ -200,6 +201,7 @@ final class DesktopSessionTests: EndToEndCase {
             started python3 "$SUB" "$("$COFFER" status --json "$M" | jq -r .socket)" saves > "$S/events"; events=$!
             soon '[ "$("$COFFER" status --json "$M" | jq .subscribers)" = 1 ]'
             "$COFFER" status --json "$M" | jq -c .lockOn
+            "$COFFER" status "$M" | grep '^Desktop:' | sed 's/as [^;]*;/as NAME;/'
             echo sleep >&3
             soon 'grep -q "^sleep " "$S/logind"'
             echo resume >&3
@@ -214,6 +216,7 @@ final class DesktopSessionTests: EndToEndCase {
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr + vault.log)
         XCTAssertEqual(r.stdout, """
             ["suspend"]
+            Desktop:         on the session bus as NAME; locks with the session's suspend
             ready
             inhibit sleep coffer delay
             prepare for sleep state=unlocked
