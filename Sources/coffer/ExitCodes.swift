@@ -86,6 +86,15 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case wipeIncomplete = 47
     /// protect: the vault is locked (or the directory cannot be read); unlock it first.
     case locked = 48
+    /// keyslot remove: the slot is the vault's last way in; add another first.
+    case lastWayIn = 50
+    /// keyslot remove, passwd --slot: no slot has that label or id.
+    case slotNotFound = 51
+    /// keyslot add: a slot with that label exists already.
+    case slotLabelTaken = 52
+    /// keyslot remove, passwd --slot: the label names several slots (added on two
+    /// machines at once); give an id.
+    case slotAmbiguous = 53
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.
