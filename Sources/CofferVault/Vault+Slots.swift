@@ -142,6 +142,7 @@ extension Vault {
     /// the stale copies of the config are destroyed. A slot file: every file of that id
     /// (a sync engine's conflict copies too) is overwritten, synced and removed, as wipe
     /// does. Returns what became of each file.
+    @discardableResult
     public func removeSlot(_ selector: String) throws -> KeySlotReport {
         guard try leavesAWayIn(removing: selector) else { throw VaultError.lastWayIn("slot \"\(selector)\"") }
         switch try target(of: selector) {
