@@ -176,7 +176,7 @@ struct WipeCommand: ParsableCommand {
         abstract: "Crypto-erase a vault: destroy its key slots so nothing in it can ever be decrypted.",
         discussion: """
             Asks you to type the vault directory's name unless --yes. Every copy of the key \
-            slots (coffer.conf, its temp and conflict copies) is overwritten and removed; \
+            slots (coffer.conf, its temp and conflict copies, every file in coffer.slots) is overwritten and removed; \
             what else is found under their names is left alone and named. Every running \
             daemon of the vault is locked for good, or ended (SIGTERM, then SIGKILL); one that \
             can be neither is named and the exit status is 39. A copy that could not be \
