@@ -120,4 +120,24 @@ final class KeySlotTests: EndToEndCase {
         XCTAssertEqual(coffer(["fsck", "--passfile", newer, cipher]).status, 12)
         if vault.isMounted { vault.unmount() }
     }
+
+    /// fsck reports what is in coffer.slots: a temp file of an interrupted add is a
+    /// leftover that --repair destroys; an entry that is no slot record is damage.
+    func testFsckReportsTheSlotDirectory() {
+        let vault = MountedVault(scratch: scratch)
+        let other = scratch.file("other.pass", "other words\n")
+        assertOK(coffer(["keyslot", "add", "--label", "other", "--passfile", vault.passfile, "--new-passfile", other, vault.cipherdir]), "add")
+        assertOK(vault.fsck(), "fsck of a vault with a slot file")
+        let slots = vault.cipherdir + "/coffer.slots"
+        assertOK(Harness.sh("cp \(slots)/*.slot \(slots)/.interrupted.slot.tmp.1.abc && echo junk > \(slots)/junk.slot"), "plant")
+        let found = vault.fsck()
+        XCTAssertEqual(found.status, 40, found.stdout + found.stderr)
+        XCTAssertTrue(found.stdout.contains("coffer.slots/junk.slot") && found.stdout.contains("not a key slot"), found.stdout)
+        XCTAssertTrue(found.stdout.contains("leftover:") && found.stdout.contains(".interrupted.slot.tmp.1.abc"), found.stdout)
+        XCTAssertEqual(vault.fsck(["--repair"]).status, 40)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: slots + "/.interrupted.slot.tmp.1.abc"), "--repair left the temp file")
+        assertOK(Harness.sh("rm \(slots)/junk.slot"), "remove the junk")
+        assertOK(vault.fsck(), "fsck after")
+        assertOK(Harness.run([Harness.coffer, "fsck", "--passfile", other, vault.cipherdir]), "fsck with the slot's passphrase")
+    }
 }
