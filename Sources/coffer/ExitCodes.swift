@@ -82,7 +82,8 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case transportUnavailable = 46
     /// wipe: a regular copy of the key slots could not be overwritten (it has other hard
     /// links, is not writable by the user, or an I/O error); each is named. The rest was
-    /// destroyed and every daemon locked or ended.
+    /// destroyed and every daemon locked or ended. keyslot remove: the same for a file
+    /// of the removed slot.
     case wipeIncomplete = 47
     /// protect: the vault is locked (or the directory cannot be read); unlock it first.
     case locked = 48
