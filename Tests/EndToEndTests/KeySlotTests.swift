@@ -46,22 +46,31 @@ final class KeySlotTests: EndToEndCase {
         // Both machines add a slot at the same time, each to its own copy.
         assertOK(coffer(["keyslot", "add", "--label", "laptop", "--passfile", vault.passfile, "--new-passfile", laptop, vault.cipherdir]), "add on A")
         assertOK(coffer(["keyslot", "add", "--label", "desktop", "--passfile", vault.passfile, "--new-passfile", desktop, machineB]), "add on B")
+        // The same label on both machines: two slots once merged.
+        let twinA = scratch.file("twinA.pass", "twin words of A\n"), twinB = scratch.file("twinB.pass", "twin words of B\n")
+        assertOK(coffer(["keyslot", "add", "--label", "twin", "--passfile", vault.passfile, "--new-passfile", twinA, vault.cipherdir]), "twin on A")
+        assertOK(coffer(["keyslot", "add", "--label", "twin", "--passfile", vault.passfile, "--new-passfile", twinB, machineB]), "twin on B")
         // The sync: every file of B arrives in A, and no name is on both sides (no conflict).
         let onA = slotFiles(vault.cipherdir), onB = slotFiles(machineB)
-        XCTAssertEqual(onA.count, 1)
-        XCTAssertEqual(onB.count, 1)
+        XCTAssertEqual(onA.count, 2)
+        XCTAssertEqual(onB.count, 2)
         XCTAssertTrue(Set(onA).isDisjoint(with: onB), "the two machines wrote the same slot file: \(onA) \(onB)")
         assertOK(Harness.sh("cp -an '\(machineB)/coffer.slots/.' '\(vault.cipherdir)/coffer.slots/' && cmp '\(machineB)/coffer.conf' '\(vault.cipherdir)/coffer.conf'"),
                  "merge B into A (coffer.conf is the same on both)")
         let list = coffer(["keyslot", "list", vault.cipherdir])
         assertOK(list, "list")
         for label in ["passphrase", "recovery", "laptop", "desktop"] { XCTAssertTrue(list.stdout.contains(" \(label) "), list.stdout) }
+        let twins = coffer(["keyslot", "remove", "--slot", "twin", "--passfile", vault.passfile, vault.cipherdir])
+        XCTAssertEqual(twins.status, 53, "a label of two slots: \(twins.stderr)")
+        XCTAssertEqual(slotFiles(vault.cipherdir).count, 4, "nothing was removed")
 
         // The merged vault, mounted locked, opens with every passphrase.
         mountLocked(vault)
         assertUnlocks(vault, with: vault.passfile, "the passphrase of coffer.conf")
         assertUnlocks(vault, with: laptop, "machine A's slot")
         assertUnlocks(vault, with: desktop, "machine B's slot")
+        assertUnlocks(vault, with: twinA, "machine A's twin")
+        assertUnlocks(vault, with: twinB, "machine B's twin")
         // A slot added while mounted is tried at the next unlock: the mount reads the slots anew.
         assertOK(coffer(["keyslot", "add", "--label", "late", "--passfile", desktop, "--new-passfile", late, vault.cipherdir]), "add while mounted")
         assertUnlocks(vault, with: late, "a slot added while mounted")
