@@ -156,19 +156,28 @@ public final class Vault: Sendable {
     /// A passphrase that opens a conflict copy of the config (`configConflictCopies`)
     /// unlocks too: the passphrase was changed on another machine as well, and each
     /// machine's passphrase keeps working until a `passwd` settles it.
+    /// Then every passphrase slot file (coffer.slots), each with its own salt: one Argon2id
+    /// run per slot tried, so a wrong passphrase costs as many runs as there are slots.
     public func unlock(passphrase: SecureBytes, derive: KeyDerivation = Vault.deriveInProcess) throws -> MasterKey {
+        try withoutActuallyEscaping(derive) { derive in
+            let keys = PassphraseKeys(passphrase: passphrase, derive: derive)
+            defer { keys.wipe() }
+            return try unlock(with: keys)
+        }
+    }
+
+    private func unlock(with keys: PassphraseKeys) throws -> MasterKey {
         let config = self.config
-        let salt = try Base64URL.decode(config.kdf.salt)
-        let key = try derive(passphrase, salt, config.kdf.parameters)
-        defer { key.wipe() }
-        if let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) { return master }
-        for copy in configConflictCopies().map(\.config) {
+        if config.slots.contains(where: { $0.kind == VaultConfig.passphraseSlot }) {
+            let key = try keys.key(salt: config.kdf.salt, parameters: config.kdf.parameters)
+            if let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) { return master }
+        }
+        for copy in configConflictCopies().map(\.config) where copy.slots.contains(where: { $0.kind == VaultConfig.passphraseSlot }) {
             // passwd keeps the salt and parameters: the same key, no second derivation.
-            let sameKDF = copy.kdf.salt == config.kdf.salt && copy.kdf.parameters == config.kdf.parameters
-            let copyKey = sameKDF ? key : try derive(passphrase, try Base64URL.decode(copy.kdf.salt), copy.kdf.parameters)
-            defer { if !sameKDF { copyKey.wipe() } }
+            let copyKey = try keys.key(salt: copy.kdf.salt, parameters: copy.kdf.parameters)
             if let master = try? unwrap(slot: VaultConfig.passphraseSlot, with: copyKey, of: copy) { return master }
         }
+        if let master = try unlockSlotFiles(with: keys, config: config) { return master }
         throw VaultError.wrongPassphrase
     }
 
@@ -204,6 +213,9 @@ public final class Vault: Sendable {
     @discardableResult
     public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes) throws -> KeySlotReport {
         let config = self.config
+        guard config.slots.contains(where: { $0.kind == VaultConfig.passphraseSlot }) else {
+            throw VaultError.slotNotFound(VaultConfig.passphraseSlot)
+        }
         let salt = try Base64URL.decode(config.kdf.salt)
         let key = try PassphraseKDF.deriveKey(passphrase: newPassphrase, salt: salt, parameters: config.kdf.parameters)
         defer { key.wipe() }
@@ -215,7 +227,12 @@ public final class Vault: Sendable {
         // A copy left by an interrupted passwd opens with the passphrase it was made for.
         let report = try removeStaleConfigCopies()
         try updated.save(in: root.rawValue)
-        currentConfig.withLock { $0 = updated }
+        replaceConfig(updated)
         return report
+    }
+
+    /// Makes `updated` (just saved) the config this vault reads.
+    func replaceConfig(_ updated: VaultConfig) {
+        currentConfig.withLock { $0 = updated }
     }
 }

@@ -174,7 +174,29 @@ public final class VaultChecker {
         checkDirectory(root, path: "", places: [Place.root])
         checkTargetSidecars()
         checkDropRecords()
+        checkSlotFiles()
         return summary
+    }
+
+    /// The entries of coffer.slots (§13): a temp file of an interrupted keyslot add or
+    /// passwd --slot is a leftover (repair destroys it as wipe would: it holds a wrapped
+    /// key); anything else that is not a slot record is damage. A record of a kind this
+    /// coffer does not know is not (a newer coffer's).
+    private func checkSlotFiles() {
+        guard let slots = try? Vault.openSlotDirectory(in: root, create: false),
+              let names = try? Sys.listDirectory(slots.rawValue) else { return }
+        for name in names.sorted() where name.hasPrefix(".") {
+            leftover("", "temporary file of an interrupted keyslot add or passwd (harmless)", backingName: SlotFile.directory + "/" + name) {
+                var report = KeySlotReport()
+                Vault.destroy(name, in: slots.rawValue, shownAs: SlotFile.directory + "/" + name, into: &report)
+                if let failed = (report.notDestroyed + report.leftAlone).first { throw SlotFileProblem(failed.what) }
+            }
+        }
+        for entry in Vault.slotEntries(in: root) {
+            if case .failure(let problem) = entry.record {
+                self.problem("", "not a key slot: \(problem)", backingName: SlotFile.directory + "/" + entry.name)
+            }
+        }
     }
 
     /// File IDs of the files whose key is in a key record, seen by the walk.

@@ -72,6 +72,16 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case journalDamaged(reason: String)
     /// A directory argument's path is longer than Linux allows (ENAMETOOLONG).
     case pathTooLong(path: String)
+    /// No key slot has this label or id (keyslot remove, passwd --slot).
+    case slotNotFound(String)
+    /// A label a slot cannot have (empty, too long, control characters, a built-in one).
+    case invalidSlotLabel(String)
+    /// A slot with this label exists already (keyslot add).
+    case slotLabelTaken(String)
+    /// This label names several slots (added on two machines at once): give an id.
+    case slotAmbiguous(label: String, ids: [String])
+    /// Removing these slots would leave the vault with no way in.
+    case lastWayIn(String)
 
     public var description: String {
         switch self {
@@ -87,7 +97,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
             return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
         case .wrongPassphrase: return "wrong passphrase"
         case .wrongRecoveryKey: return "wrong recovery key"
-        case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot"
+        case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot (removed? coffer keyslot list shows the vault's slots)"
         case .directoryNotEmpty(let path): return "\(path) is not empty"
         case .notADirectory(let path): return "\(path) is not a directory"
         case .pathTooLong(let path): return PathText.tooLong(path)
@@ -106,6 +116,12 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .tooLong(let item): return "\(item.rawValue) too long"
         case .metadataDamaged(let what): return "\(what) failed authentication"
         case .journalDamaged(let reason): return "undo journal damaged: \(reason)"
+        case .slotNotFound(let what): return "no key slot has the label or id \"\(what)\" (coffer keyslot list shows them)"
+        case .invalidSlotLabel(let why): return "invalid slot label: \(why)"
+        case .slotLabelTaken(let label): return "a key slot labelled \"\(label)\" exists already; choose another label"
+        case .slotAmbiguous(let label, let ids):
+            return "the label \"\(label)\" names \(ids.count) slots (added on two machines at once?); give one of their ids: \(ids.joined(separator: ", "))"
+        case .lastWayIn(let what): return "refusing to remove \(what): it is the vault's last way in (add another slot first)"
         }
     }
 }

@@ -1,6 +1,6 @@
 // Wipe crypto-erases a vault: every copy of the key slots (the config, a temp copy an
-// interrupted passwd left, a conflict copy a sync engine kept) is overwritten in place
-// with random bytes, synced, and removed. Without a slot, no secret can recover the master
+// interrupted passwd left, a conflict copy a sync engine kept, every file in coffer.slots)
+// is overwritten in place with random bytes, synced, and removed. Without a slot, no secret can recover the master
 // key, so every file left in the backing directory stays unreadable. CIPHERDIR may have
 // other writers (a sync peer, another user of a shared vault): each name is opened once
 // without following it (O_PATH | O_NOFOLLOW) and everything after goes through that
@@ -85,38 +85,75 @@ extension Vault {
         for name in copies + (includingConfig ? [VaultConfig.fileName] : []) {
             destroy(name, in: dir, into: &report)
         }
+        if includingConfig { destroySlotDirectory(in: dir, into: &report) }
         try AtomicFile.syncDirectory(dir)
         return report
     }
 
-    /// Destroys the entry `name` of `dir` if it is a regular file of one name; reports it.
-    private static func destroy(_ name: String, in dir: Int32, into report: inout KeySlotReport) {
+    /// Destroys every regular file in coffer.slots (slot files, their conflict copies, the
+    /// temp files of an interrupted add or passwd: whatever the name) as `destroy` does,
+    /// then removes the directory if it is empty. coffer.slots is opened without following
+    /// a symlink; anything else under its name is reported and left alone.
+    static func destroySlotDirectory(in root: Int32, into report: inout KeySlotReport) {
+        let slots: FileDescriptor
+        do {
+            slots = try openSlotDirectory(in: root, create: false)
+        } catch let error as Errno where error.code == ENOENT {
+            return
+        } catch let error as Errno where error.code == ELOOP || error.code == ENOTDIR {
+            return report.leftAlone.append(.init(name: SlotFile.directory, what: "\(error.code == ELOOP ? "a symlink" : "not a directory"), not key slots: left alone"))
+        } catch {
+            return report.notDestroyed.append(.init(name: SlotFile.directory, what: "cannot be opened (\(error))"))
+        }
+        let names: [String]
+        do {
+            names = try Sys.listDirectory(slots.rawValue).sorted()
+        } catch {
+            return report.notDestroyed.append(.init(name: SlotFile.directory, what: "cannot be listed (\(error))"))
+        }
+        for name in names {
+            destroy(name, in: slots.rawValue, shownAs: SlotFile.directory + "/" + name, into: &report)
+        }
+        do {
+            try AtomicFile.syncDirectory(slots.rawValue)
+            try Sys.unlink(SlotFile.directory, in: root, directory: true)
+        } catch let error as Errno where error.code == ENOTEMPTY || error.code == EEXIST {
+            // What was left alone inside keeps it; each is reported above.
+        } catch {
+            report.notDestroyed.append(.init(name: SlotFile.directory, what: "its files are destroyed, but it could not be removed (\(error))"))
+        }
+    }
+
+    /// Destroys the entry `name` of `dir` if it is a regular file of one name; reports it
+    /// as `shown` (its path from the vault root; `name` if nil).
+    static func destroy(_ name: String, in dir: Int32, shownAs shown: String? = nil, into report: inout KeySlotReport) {
+        let shown = shown ?? name
         let entry: FileDescriptor
         do {
             entry = try FileDescriptor.open(name, in: dir, flags: O_PATH | O_NOFOLLOW)
         } catch let error as Errno where error.code == ENOENT {
             return  // gone since the listing
         } catch {
-            return report.notDestroyed.append(.init(name: name, what: "cannot be opened (\(error))"))
+            return report.notDestroyed.append(.init(name: shown, what: "cannot be opened (\(error))"))
         }
         do {
             let found = try Sys.stat(entry.rawValue)
             switch KeySlotAction.decide(mode: found.st_mode, links: UInt(found.st_nlink)) {
             case .leaveAlone(let what):
-                report.leftAlone.append(.init(name: name, what: what))
+                report.leftAlone.append(.init(name: shown, what: what))
             case .removeNameOnly(let why):
-                report.notDestroyed.append(.init(name: name, what: why + nameOnly(name, in: dir, naming: found)))
+                report.notDestroyed.append(.init(name: shown, what: why + nameOnly(name, in: dir, naming: found)))
             case .overwrite:
                 if let refusal = try overwrite(entry, found: found) {
-                    report.notDestroyed.append(.init(name: name, what: refusal + nameOnly(name, in: dir, naming: found)))
+                    report.notDestroyed.append(.init(name: shown, what: refusal + nameOnly(name, in: dir, naming: found)))
                 } else if let kept = removeName(name, in: dir, naming: found) {
-                    report.notDestroyed.append(.init(name: name, what: "overwritten, but \(kept)"))
+                    report.notDestroyed.append(.init(name: shown, what: "overwritten, but \(kept)"))
                 } else {
-                    report.destroyed.append(name)
+                    report.destroyed.append(shown)
                 }
             }
         } catch {
-            report.notDestroyed.append(.init(name: name, what: "could not be overwritten (\(error))" + nameOnly(name, in: dir, naming: nil)))
+            report.notDestroyed.append(.init(name: shown, what: "could not be overwritten (\(error))" + nameOnly(name, in: dir, naming: nil)))
         }
     }
 

@@ -82,13 +82,23 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case transportUnavailable = 46
     /// wipe: a regular copy of the key slots could not be overwritten (it has other hard
     /// links, is not writable by the user, or an I/O error); each is named. The rest was
-    /// destroyed and every daemon locked or ended.
+    /// destroyed and every daemon locked or ended. keyslot remove: the same for a file
+    /// of the removed slot.
     case wipeIncomplete = 47
     /// protect: the vault is locked (or the directory cannot be read); unlock it first.
     case locked = 48
     /// mount --lock-on: logind cannot be reached on the system bus, or refused the
     /// inhibitor or the session list.
     case sessionUnavailable = 49
+    /// keyslot remove: the slot is the vault's last way in; add another first.
+    case lastWayIn = 50
+    /// keyslot remove, passwd --slot: no slot has that label or id.
+    case slotNotFound = 51
+    /// keyslot add: a slot with that label exists already.
+    case slotLabelTaken = 52
+    /// keyslot remove, passwd --slot: the label names several slots (added on two
+    /// machines at once); give an id.
+    case slotAmbiguous = 53
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -30,6 +30,11 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         case .cipherUnavailable: status = .cipherUnavailable
         case .wrongPassphrase: status = .wrongPassphrase
         case .wrongRecoveryKey: status = .wrongRecoveryKey
+        case .lastWayIn: status = .lastWayIn
+        case .slotNotFound: status = .slotNotFound
+        case .slotLabelTaken: status = .slotLabelTaken
+        case .slotAmbiguous: status = .slotAmbiguous
+        case .invalidSlotLabel: status = .usage
         default: status = .failure
         }
         return (status, error.description)

@@ -41,10 +41,15 @@ struct PasswdCommand: ParsableCommand {
             fsync of the directory); no copy of the old slot is kept. The current passphrase \
             comes from --passfile or --extpass, the new one from --new-passfile or \
             --new-extpass; without them, both are asked on the terminal, or read as the \
-            first and second lines of standard input.
+            first and second lines of standard input. With --slot LABEL, the labelled \
+            passphrase slot (coffer keyslot) is rewritten instead, under a new salt, in its \
+            own file; any way into the vault may authorise it.
             """)
 
     @OptionGroup var secret: OfflineUnlock
+
+    @Option(name: .long, help: ArgumentHelp("Change the passphrase of this labelled slot (a label or id from coffer keyslot list; default: the slot of coffer.conf).", valueName: "label-or-id"))
+    var slot: String?
 
     @Option(name: .long, help: "Read the new passphrase from this file.")
     var newPassfile: String?
@@ -64,14 +69,16 @@ struct PasswdCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
+            // A slot that is not there is refused before any secret is asked.
+            let changed = try vault.passphraseSlotToChange(slot)
             let master = try secret.masterKey(of: vault, prompt: "Current passphrase: ")
             defer { master.wipe() }
             let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
                 ?? (newExtpass.isEmpty ? nil : ExternalPassphrase.read(newExtpass))
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
             defer { new.wipe() }
-            let stale = try vault.changePassphrase(master: master, newPassphrase: new)
-            print("Passphrase of \(cipherdir) changed.")
+            let stale = try vault.changePassphrase(master: master, newPassphrase: new, slot: changed)
+            print(slot == nil ? "Passphrase of \(cipherdir) changed." : "Passphrase of slot \"\(changed)\" of \(cipherdir) changed.")
             // Odd entries under the names of the config's copies stop no passwd: each is named.
             for entry in stale.leftAlone + stale.notDestroyed {
                 FileHandleStandardError.write("coffer: passwd: \(cipherdir)/\(entry)\n")
@@ -169,7 +176,7 @@ struct WipeCommand: ParsableCommand {
         abstract: "Crypto-erase a vault: destroy its key slots so nothing in it can ever be decrypted.",
         discussion: """
             Asks you to type the vault directory's name unless --yes. Every copy of the key \
-            slots (coffer.conf, its temp and conflict copies) is overwritten and removed; \
+            slots (coffer.conf, its temp and conflict copies, every file in coffer.slots) is overwritten and removed; \
             what else is found under their names is left alone and named. Every running \
             daemon of the vault is locked for good, or ended (SIGTERM, then SIGKILL); one that \
             can be neither is named and the exit status is 39. A copy that could not be \

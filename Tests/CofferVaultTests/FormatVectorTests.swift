@@ -134,6 +134,19 @@ final class FormatVectorTests: XCTestCase {
         out.append(("slot_recovery_wrapped",
                     try Vault.wrap(master, with: RecoveryKey.wrappingKey(recovery), kind: "recovery", config: config,
                                nonce: bytes(from: 0x90, count: 24)).wrappedKey))
+        // A slot file (§13) of that config: id 00 11 … ff, label "laptop", its own salt
+        // b0 … bf, 2 passes, 64 MiB, nonce 20 … 37.
+        let slotWords = SecureBytes(count: 11)
+        slotWords.withUnsafeMutableBytes { $0.copyBytes(from: Array("Tr0ub4dor&3".utf8)) }
+        let slotKDF = VaultConfig.KDF(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
+                                      salt: Base64URL.encode(bytes(from: 0xb0, count: 16)))
+        let slotKEK = try PassphraseKDF.deriveKey(passphrase: slotWords, salt: bytes(from: 0xb0, count: 16), parameters: .floor)
+        let slotFile = try SlotFile.passphrase(id: "00112233445566778899aabbccddeeff", label: "laptop", created: "2026-11-26T00:00:00Z",
+                                               kdf: slotKDF, master: master, kek: slotKEK, config: config, nonce: bytes(from: 0x20, count: 24))
+        out.append(("slot_file_passphrase", "Tr0ub4dor&3"))
+        out.append(("slot_file_ad", hex(slotFile.associatedData(config: config))))
+        out.append(("slot_file_kek", hex(slotKEK.withUnsafeBytes { Array($0) })))
+        out.append(("slot_file_wrapped", slotFile.wrappedKey))
 
         // The undo-journal record of content block 3 (§11): header, old slot, zeros.
         var record = UndoJournal.Record(fileID: fileID, block: 3, oldLength: 100, newNonce: bytes(from: 0x70, count: 24), sealed: block)
@@ -194,6 +207,31 @@ final class FormatVectorTests: XCTestCase {
         let sealed = try Base64URL.decode(try XCTUnwrap(documented["slot_passphrase_wrapped"]))
         let master = try SealedBox(key: kek).open(sealed, associatedData: config.associatedData(slot: "passphrase"), what: "slot")
         XCTAssertEqual(Self.hex(master.withUnsafeBytes { Array($0) }), documented["master_key"])
+    }
+
+    /// The documented slot file (§13), read as a record with the documented fields,
+    /// opens to the master key with its passphrase, and to nothing once relabelled.
+    func testDocumentedSlotFileOpens() throws {
+        let documented = try Self.documented()
+        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
+                                 blockSize: 4096,
+                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
+                                            salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),
+                                 slots: [], checksum: "")
+        config.checksum = config.computedChecksum()
+        let json = """
+            {"slot": 1, "id": "00112233445566778899aabbccddeeff", "kind": "passphrase", "label": "laptop",
+             "created": "2026-11-26T00:00:00Z", "wrappedKey": "\(try XCTUnwrap(documented["slot_file_wrapped"]))",
+             "kdf": {"algorithm": "argon2id13", "opsLimit": 2, "memLimit": 67108864, "salt": "\(Base64URL.encode(Self.bytes(from: 0xb0, count: 16)))"}}
+            """
+        var record = try SlotFile.parse(Array(json.utf8))
+        let words = SecureBytes(count: 11)
+        words.withUnsafeMutableBytes { $0.copyBytes(from: Array(try! XCTUnwrap(documented["slot_file_passphrase"]).utf8)) }
+        let kek = try PassphraseKDF.deriveKey(passphrase: words, salt: Self.bytes(from: 0xb0, count: 16), parameters: .floor)
+        let master = try XCTUnwrap(record.unwrap(with: kek, config: config))
+        XCTAssertEqual(Self.hex(master.secret.withUnsafeBytes { Array($0) }), documented["master_key"])
+        record.label = "desktop"
+        XCTAssertNil(record.unwrap(with: kek, config: config))
     }
 
     /// Format 6's drops: the documented public key is subkey 8's; the documented dropped

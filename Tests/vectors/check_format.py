@@ -271,6 +271,24 @@ def wrap_key_slot(kek: bytes, nonce: bytes, master: bytes, canonical: bytes, kin
     return b64url(nonce + aead_seal(kek, nonce, master, slot_ad(canonical, kind)))
 
 
+SLOT_FILE_VERSION = 1
+
+
+def slot_file_ad(canonical: bytes, slot_id: str, kind: str, label: str, algorithm: str,
+                 ops: int, mem: int, salt_text: str) -> bytes:
+    """§13 AD = "coffer.slot" ‖ 0x00 ‖ u32 slot ‖ canonical parameters ‖ str id ‖ str kind
+    ‖ str label ‖ str kdf.algorithm ‖ u64 opsLimit ‖ u64 memLimit ‖ str kdf.salt."""
+    return (b"coffer.slot\x00" + u32(SLOT_FILE_VERSION) + canonical + str_field(slot_id)
+            + str_field(kind) + str_field(label) + str_field(algorithm) + u64(ops) + u64(mem)
+            + str_field(salt_text))
+
+
+def slot_file_open(kek: bytes, wrapped: str, ad: bytes):
+    """§13 wrappedKey = base64url(nonce(24) ‖ AEAD_seal(KEK, nonce, master key, AD)); None if it does not open."""
+    raw = b64url_decode(wrapped)
+    return aead_open(kek, raw[:24], raw[24:], ad)
+
+
 def unwrap_key_slot(kek: bytes, wrapped: str, canonical: bytes, kind: str):
     """Inverse of wrap_key_slot: the master key, or None if the slot does not open."""
     raw = b64url_decode(wrapped)
@@ -681,6 +699,24 @@ def main() -> int:
           wrap_key_slot(kek_r, RECOVERY_SLOT_NONCE, MASTER_KEY, canonical, "recovery"))
     opened = unwrap_key_slot(kek_r, vectors["slot_recovery_wrapped"], canonical, "recovery")
     check("roundtrip:recovery_slot_opens", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
+
+    # §13 a slot file of that config: its own salt, id, label, nonce
+    slot_salt = seq(0xb0, 0xbf)
+    slot_id = "00112233445566778899aabbccddeeff"
+    ad = slot_file_ad(canonical, slot_id, "passphrase", "laptop", KDF_ALGORITHM, OPS_LIMIT, MEM_LIMIT,
+                      b64url(slot_salt))
+    check("slot_file_ad", ad.hex())
+    slot_words = vectors["slot_file_passphrase"].encode("utf-8")
+    kek_s = kek_pass(slot_words, slot_salt, OPS_LIMIT, MEM_LIMIT)
+    check("slot_file_kek", kek_s.hex())
+    nonce = seq(0x20, 0x37)
+    check("slot_file_wrapped", b64url(nonce + aead_seal(kek_s, nonce, MASTER_KEY, ad)))
+    opened = slot_file_open(kek_s, vectors["slot_file_wrapped"], ad)
+    check("slot_file_passphrase", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
+    relabelled = slot_file_ad(canonical, slot_id, "passphrase", "desktop", KDF_ALGORITHM, OPS_LIMIT,
+                              MEM_LIMIT, b64url(slot_salt))
+    check("roundtrip:slot_file_refused_with_another_label",
+          repr(slot_file_open(kek_s, vectors["slot_file_wrapped"], relabelled)), repr(None))
 
     # §11 undo-journal record of content block 3: header, old slot, zeros to 4208 bytes
     old_slot = content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX, BLOCK_NONCE, BLOCK_PLAINTEXT)

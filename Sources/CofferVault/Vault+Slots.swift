@@ -1,0 +1,249 @@
+// Vault+Slots reads, adds and removes the key slots kept as files in coffer.slots, and
+// re-wraps one of them (passwd --slot). Adding writes one new file; removing destroys the
+// slot's files; neither rewrites coffer.conf unless a slot kept there is removed.
+import CofferCrypto
+import CofferSystem
+import Foundation
+import Glibc
+
+/// A key slot as `coffer keyslot list` shows it: one kept in coffer.conf or in a file.
+public struct KeySlotSummary: Sendable {
+    /// "passphrase", "recovery" or what a slot file says.
+    public let kind: String
+    public let label: String
+    /// The slot file's id; nil for the slots kept in coffer.conf.
+    public let id: String?
+    /// Where it is, from the vault root: coffer.conf or coffer.slots/<name>.
+    public let location: String
+    /// When it was added (slot files only).
+    public let created: String?
+    /// Whether this build can use it to unlock (a known kind).
+    public let usable: Bool
+}
+
+extension Vault {
+    /// The entries of coffer.slots (at most `SlotFile.maxEntries`, by name), each read
+    /// without following symlinks or opening anything but a regular file; an empty list
+    /// if there is no such directory (or something else under its name).
+    public func slotEntries() -> [SlotEntry] { Vault.slotEntries(in: root.rawValue) }
+
+    static func slotEntries(in root: Int32) -> [SlotEntry] {
+        guard let dir = try? openSlotDirectory(in: root, create: false),
+              let names = try? Sys.listDirectory(dir.rawValue) else { return [] }
+        return names.filter { !$0.hasPrefix(".") }.sorted().prefix(SlotFile.maxEntries).map { name in
+            do {
+                return SlotEntry(name: name, record: .success(try SlotFile.parse(Sys.readFile(name, in: dir.rawValue, limit: SlotFile.sizeLimit))))
+            } catch let problem as SlotFileProblem {
+                return SlotEntry(name: name, record: .failure(problem))
+            } catch {
+                return SlotEntry(name: name, record: .failure(SlotFileProblem("cannot be read (\(error))")))
+            }
+        }
+    }
+
+    /// coffer.slots, opened as a directory without following a symlink (O_DIRECTORY also
+    /// refuses a FIFO without opening it); made (0700, the root synced) if `create`.
+    static func openSlotDirectory(in root: Int32, create: Bool) throws -> FileDescriptor {
+        if create {
+            do {
+                try Sys.mkdir(SlotFile.directory, in: root, mode: 0o700)
+                try AtomicFile.syncDirectory(root)
+            } catch let error as Errno where error.code == EEXIST {}
+        }
+        return try FileDescriptor.open(SlotFile.directory, in: root, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+    }
+
+    /// Every key slot: those of coffer.conf, then the slot files (records that cannot be
+    /// read are left out: `slotEntries` names them).
+    public func keySlots() -> [KeySlotSummary] {
+        let builtIn = config.slots.map {
+            KeySlotSummary(kind: $0.kind, label: $0.kind, id: nil, location: VaultConfig.fileName, created: nil,
+                           usable: SlotFile.builtInLabels.contains($0.kind))
+        }
+        let files = slotEntries().compactMap { entry -> KeySlotSummary? in
+            guard case .success(let record) = entry.record else { return nil }
+            return KeySlotSummary(kind: record.kind, label: record.label, id: record.id,
+                                  location: SlotFile.directory + "/" + entry.name, created: record.created,
+                                  usable: record.kind == VaultConfig.passphraseSlot)
+        }
+        return builtIn + files
+    }
+
+    /// Tries the passphrase on every passphrase slot file, in name order: one Argon2id run
+    /// per distinct salt and parameters (a conflict copy of a slot shares its slot's).
+    func unlockSlotFiles(with keys: PassphraseKeys, config: VaultConfig) throws -> MasterKey? {
+        for entry in slotEntries() {
+            guard case .success(let record) = entry.record, record.kind == VaultConfig.passphraseSlot,
+                  let kdf = record.kdf else { continue }
+            let kek = try keys.key(salt: kdf.salt, parameters: kdf.parameters)
+            if let master = record.unwrap(with: kek, config: config) { return master }
+        }
+        return nil
+    }
+
+    /// Adds a passphrase slot labelled `label` that wraps `master` (which the caller got
+    /// from an existing way in): a new file coffer.slots/<random id>.slot, written
+    /// atomically and synced with its directory. Its Argon2id salt is its own; its costs
+    /// are the config's. Nothing else is written.
+    @discardableResult
+    public func addPassphraseSlot(master: MasterKey, passphrase: SecureBytes, label: String,
+                                  derive: KeyDerivation = Vault.deriveInProcess) throws -> SlotFile {
+        if let problem = SlotFile.labelProblem(label) { throw VaultError.invalidSlotLabel(problem) }
+        guard !keySlots().contains(where: { $0.label == label }) else { throw VaultError.slotLabelTaken(label) }
+        let config = self.config
+        let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)
+        let kdf = VaultConfig.KDF(algorithm: PassphraseKDF.algorithmName, opsLimit: config.kdf.opsLimit,
+                                  memLimit: config.kdf.memLimit, salt: Base64URL.encode(salt))
+        let kek = try derive(passphrase, salt, kdf.parameters)
+        defer { kek.wipe() }
+        let id = Sodium.randomArray(count: 16).map { String(format: "%02x", $0) }.joined()
+        let record = try SlotFile.passphrase(id: id, label: label, created: Vault.now(), kdf: kdf, master: master,
+                                             kek: kek, config: config)
+        let dir = try Vault.openSlotDirectory(in: root.rawValue, create: true)
+        try AtomicFile.write(record.serialized(), to: SlotFile.fileName(id: id), in: dir.rawValue, mode: 0o400)
+        return record
+    }
+
+    /// What `selector` (a label or an id) names: a slot of coffer.conf, or the id of a
+    /// slot file. Throws if it names nothing, or several slot files by one label.
+    enum SlotTarget: Equatable {
+        case builtIn(String)
+        case file(id: String)
+    }
+
+    func target(of selector: String) throws -> SlotTarget {
+        if SlotFile.builtInLabels.contains(selector) {
+            guard config.slots.contains(where: { $0.kind == selector }) else { throw VaultError.slotNotFound(selector) }
+            return .builtIn(selector)
+        }
+        let files = keySlots().filter { $0.id != nil }
+        if files.contains(where: { $0.id == selector }) { return .file(id: selector) }
+        let ids = Set(files.filter { $0.label == selector }.compactMap(\.id)).sorted()
+        guard let id = ids.first else { throw VaultError.slotNotFound(selector) }
+        guard ids.count == 1 else { throw VaultError.slotAmbiguous(label: selector, ids: ids) }
+        return .file(id: id)
+    }
+
+    /// Whether removing `target` leaves the vault a way in this build can use.
+    public func leavesAWayIn(removing selector: String) throws -> Bool {
+        let target = try target(of: selector)
+        let remaining = keySlots().filter { slot in
+            guard slot.usable else { return false }
+            switch target {
+            case .builtIn(let kind): return slot.id != nil || slot.kind != kind
+            case .file(let id): return slot.id != id
+            }
+        }
+        return !remaining.isEmpty
+    }
+
+    /// Removes the slot `selector` names (a label or an id), refusing to remove the last
+    /// way in. A slot of coffer.conf: the config is rewritten without it (atomically) and
+    /// the stale copies of the config are destroyed. A slot file: every file of that id
+    /// (a sync engine's conflict copies too) is overwritten, synced and removed, as wipe
+    /// does. Returns what became of each file.
+    @discardableResult
+    public func removeSlot(_ selector: String) throws -> KeySlotReport {
+        guard try leavesAWayIn(removing: selector) else { throw VaultError.lastWayIn("slot \"\(selector)\"") }
+        switch try target(of: selector) {
+        case .builtIn(let kind):
+            var updated = config
+            updated.slots.removeAll { $0.kind == kind }
+            let report = try removeStaleConfigCopies()
+            try updated.save(in: root.rawValue)
+            replaceConfig(updated)
+            return report
+        case .file(let id):
+            return try destroySlotFiles(id: id, keeping: nil)
+        }
+    }
+
+    /// Destroys every entry of coffer.slots whose record has `id`, but the one named `kept`.
+    private func destroySlotFiles(id: String, keeping kept: String?) throws -> KeySlotReport {
+        let dir = try Vault.openSlotDirectory(in: root.rawValue, create: false)
+        var report = KeySlotReport()
+        for entry in slotEntries() where entry.name != kept {
+            guard case .success(let record) = entry.record, record.id == id else { continue }
+            Vault.destroy(entry.name, in: dir.rawValue, shownAs: SlotFile.directory + "/" + entry.name, into: &report)
+        }
+        try AtomicFile.syncDirectory(dir.rawValue)
+        return report
+    }
+
+    /// Re-wraps the passphrase slot `selector` names (a label or an id; "passphrase" is
+    /// the one in coffer.conf) under `newPassphrase`. A slot file gets a new salt and is
+    /// replaced atomically under its own name; its conflict copies are destroyed.
+    @discardableResult
+    public func changePassphrase(master: MasterKey, newPassphrase: SecureBytes, slot selector: String,
+                                 derive: KeyDerivation = Vault.deriveInProcess) throws -> KeySlotReport {
+        switch try target(of: selector) {
+        case .builtIn(let kind):
+            guard kind == VaultConfig.passphraseSlot else { throw VaultError.slotNotFound(selector) }
+            return try changePassphrase(master: master, newPassphrase: newPassphrase)
+        case .file(let id):
+            let records = slotEntries().compactMap { entry -> SlotFile? in
+                guard case .success(let record) = entry.record, record.id == id else { return nil }
+                return record
+            }
+            guard let old = records.first, old.kind == VaultConfig.passphraseSlot, let oldKDF = old.kdf else {
+                throw VaultError.slotNotFound(selector)
+            }
+            let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)
+            var kdf = oldKDF
+            kdf.salt = Base64URL.encode(salt)
+            let kek = try derive(newPassphrase, salt, kdf.parameters)
+            defer { kek.wipe() }
+            let record = try SlotFile.passphrase(id: id, label: old.label, created: old.created, kdf: kdf,
+                                                 master: master, kek: kek, config: config)
+            let dir = try Vault.openSlotDirectory(in: root.rawValue, create: false)
+            let name = SlotFile.fileName(id: id)
+            try AtomicFile.write(record.serialized(), to: name, in: dir.rawValue, mode: 0o400)
+            return try destroySlotFiles(id: id, keeping: name)
+        }
+    }
+
+    /// The passphrase slot `selector` names (nil: the one of coffer.conf), checked before
+    /// any secret is asked: a label or id that names no passphrase slot throws.
+    public func passphraseSlotToChange(_ selector: String?) throws -> String {
+        let selector = selector ?? VaultConfig.passphraseSlot
+        switch try target(of: selector) {
+        case .builtIn(let kind) where kind == VaultConfig.passphraseSlot: return selector
+        case .file(let id) where keySlots().contains(where: { $0.id == id && $0.kind == VaultConfig.passphraseSlot }): return selector
+        default: throw VaultError.slotNotFound(selector)
+        }
+    }
+
+    /// The time now, ISO 8601 UTC.
+    static func now() -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: Date())
+    }
+}
+
+/// The key-wrapping keys one passphrase gives under each salt and parameters met during
+/// one unlock, each derived once; wiped together.
+final class PassphraseKeys {
+    private let passphrase: SecureBytes
+    private let derive: Vault.KeyDerivation
+    private var keys: [String: SecureBytes] = [:]
+
+    init(passphrase: SecureBytes, derive: @escaping Vault.KeyDerivation) {
+        self.passphrase = passphrase
+        self.derive = derive
+    }
+
+    /// The key under base64url `salt` and `parameters`, derived on first use.
+    func key(salt: String, parameters: KDFParameters) throws -> SecureBytes {
+        let index = "\(salt)/\(parameters.opsLimit)/\(parameters.memLimit)"
+        if let key = keys[index] { return key }
+        let key = try derive(passphrase, try Base64URL.decode(salt), parameters)
+        keys[index] = key
+        return key
+    }
+
+    func wipe() {
+        for key in keys.values { key.wipe() }
+        keys = [:]
+    }
+}

@@ -1,0 +1,136 @@
+// KeySlotCommand lists, adds and removes a vault's key slots (`coffer keyslot`), on
+// CIPHERDIR itself, mounted or not: a mount reads the slots anew at every unlock.
+import ArgumentParser
+import CofferCrypto
+import CofferVault
+import Foundation
+
+struct KeySlotCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "keyslot",
+        abstract: "List, add and remove a vault's key slots (several passphrases, each with a label).",
+        discussion: """
+            A vault has the passphrase and recovery slots of coffer.conf and any number of \
+            labelled passphrase slots, each in a file of its own in CIPHERDIR/coffer.slots, \
+            so that two machines adding or removing slots at once never write the same file. \
+            These commands work on CIPHERDIR, whether or not it is mounted: a mount tries \
+            every slot at each unlock.
+            """,
+        subcommands: [KeySlotList.self, KeySlotAdd.self, KeySlotRemove.self])
+}
+
+struct KeySlotList: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "list",
+        abstract: "List the key slots (no secret needed): kind, label, id, where it is kept.")
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            print("KIND        LABEL                 ID                                WHERE")
+            for slot in vault.keySlots() {
+                let kind = slot.usable ? slot.kind : "\(slot.kind) (unknown kind, skipped)"
+                print(kind.padding(toLength: max(11, kind.count), withPad: " ", startingAt: 0) + " "
+                      + slot.label.padding(toLength: max(21, slot.label.count), withPad: " ", startingAt: 0) + " "
+                      + (slot.id ?? "-").padding(toLength: 33, withPad: " ", startingAt: 0) + " " + slot.location)
+            }
+            // Entries that hold no slot stop nothing: each is named on stderr.
+            for entry in vault.slotEntries() {
+                if case .failure(let problem) = entry.record {
+                    FileHandleStandardError.write("coffer: keyslot list: \(cipherdir)/\(SlotFile.directory)/\(entry.name): \(problem); not a slot\n")
+                }
+            }
+        }
+    }
+}
+
+struct KeySlotAdd: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "add",
+        abstract: "Add a passphrase slot with a label (needs an existing passphrase or the recovery key).",
+        discussion: """
+            The existing way in comes from --passfile, --extpass or --recovery-key-file; the \
+            new passphrase from --new-passfile or --new-extpass. Without them, both are asked \
+            on the terminal, or read as the first and second lines of standard input. The slot \
+            is one new file, coffer.slots/<id>.slot, written atomically and synced; nothing \
+            else in CIPHERDIR changes.
+            """)
+
+    @OptionGroup var secret: OfflineUnlock
+
+    @Option(name: .long, help: "The new slot's label (1–64 bytes, unique in the vault), such as the machine or person it is for.")
+    var label: String
+
+    @Option(name: .long, help: "Read the new slot's passphrase from this file.")
+    var newPassfile: String?
+
+    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp("Run this command (as --extpass) and read the new slot's passphrase from its output.", valueName: "command"))
+    var newExtpass: [String] = []
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func validate() throws {
+        if newPassfile != nil && !newExtpass.isEmpty {
+            throw ValidationError("give --new-passfile or --new-extpass, not both")
+        }
+        if let problem = SlotFile.labelProblem(label) { throw ValidationError("--label: \(problem)") }
+    }
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            if vault.keySlots().contains(where: { $0.label == label }) { throw VaultError.slotLabelTaken(label) }
+            let master = try secret.masterKey(of: vault, prompt: "Existing passphrase: ")
+            defer { master.wipe() }
+            let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
+                ?? (newExtpass.isEmpty ? nil : ExternalPassphrase.read(newExtpass))
+                ?? PassphraseReader.interactive(prompt: "New slot's passphrase: ", confirm: true)
+            defer { new.wipe() }
+            let record = try vault.addPassphraseSlot(master: master, passphrase: new, label: label)
+            print("Added passphrase slot \"\(label)\" (id \(record.id)) to \(cipherdir).")
+        }
+    }
+}
+
+struct KeySlotRemove: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove",
+        abstract: "Remove a key slot by label or id (needs a way in; the last way in is never removed).",
+        discussion: """
+            --slot passphrase and --slot recovery remove the slots kept in coffer.conf (the \
+            config is rewritten atomically); any other label or id removes a slot file and the \
+            copies a sync engine kept of it, each overwritten with random bytes, synced and \
+            removed, as wipe does. Removing the vault's last usable slot is refused with exit \
+            status 50. The secret that proves the way in may be the removed slot's own.
+            """)
+
+    @OptionGroup var secret: OfflineUnlock
+
+    @Option(name: .long, help: ArgumentHelp("The label or id of the slot to remove (coffer keyslot list shows them).", valueName: "label-or-id"))
+    var slot: String
+
+    @Argument(help: "The vault's backing directory.")
+    var cipherdir: String
+
+    func run() throws {
+        try runReportingFailures {
+            let vault = try Vault.open(at: cipherdir)
+            // Refused before any secret is asked: a missing slot or the last way in.
+            guard try vault.leavesAWayIn(removing: slot) else { throw VaultError.lastWayIn("slot \"\(slot)\"") }
+            let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
+            master.wipe()
+            let report = try vault.removeSlot(slot)
+            for entry in report.leftAlone + report.notDestroyed {
+                FileHandleStandardError.write("coffer: keyslot remove: \(cipherdir)/\(entry)\n")
+            }
+            print("Removed key slot \"\(slot)\" from \(cipherdir).")
+            if !report.notDestroyed.isEmpty {
+                throw CommandFailure(status: .wipeIncomplete, message: "\(cipherdir): \(report.notDestroyed.count) copies of the slot could not be overwritten (named above); their names were removed")
+            }
+        }
+    }
+}

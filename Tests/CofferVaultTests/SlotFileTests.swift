@@ -1,0 +1,306 @@
+// Tests of the key slots kept as files (coffer.slots): adding, unlocking with each,
+// binding to the vault and the slot, removing (never the last way in), passwd of one
+// slot, two machines' slots merged, hostile entries, and the wipe of the directory.
+import CofferCrypto
+import CofferSystem
+@testable import CofferVault
+import Foundation
+import Glibc
+import Synchronization
+import TestSupport
+import XCTest
+
+final class SlotFileTests: XCTestCase {
+    var dir: TempDirectory!
+    var outside: TempDirectory!
+    let passphrase = "correct horse battery staple"
+
+    override func setUp() { dir = TempDirectory(); outside = TempDirectory() }
+    override func tearDown() { dir = nil; outside = nil }
+
+    func makeVault(in path: String? = nil) throws -> (Vault, SecureBytes) {
+        try Vault.create(at: path ?? dir.path, passphrase: secret(passphrase), kdf: .floor)
+    }
+
+    func contentKey(_ master: MasterKey) -> [UInt8] { master.subkey(.content).withUnsafeBytes { Array($0) } }
+
+    var slotsPath: String { dir.path + "/" + SlotFile.directory }
+
+    func slotFileNames() throws -> [String] { try FileManager.default.contentsOfDirectory(atPath: slotsPath).sorted() }
+
+    func testEachLabelledPassphraseOpensTheSameMasterKey() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let laptop = try vault.addPassphraseSlot(master: master, passphrase: secret("laptop words"), label: "laptop")
+        let phone = try vault.addPassphraseSlot(master: master, passphrase: secret("phone words"), label: "phone ☎")
+        XCTAssertNotEqual(laptop.id, phone.id)
+        XCTAssertNotEqual(laptop.kdf?.salt, phone.kdf?.salt)
+        XCTAssertNotEqual(laptop.kdf?.salt, vault.config.kdf.salt)
+        XCTAssertEqual(try slotFileNames(), [laptop.id + ".slot", phone.id + ".slot"].sorted())
+        let reopened = try Vault.open(at: dir.path)
+        for words in [passphrase, "laptop words", "phone words"] {
+            XCTAssertEqual(contentKey(try reopened.unlock(passphrase: secret(words))), contentKey(master), words)
+        }
+        XCTAssertThrowsError(try reopened.unlock(passphrase: secret("wrong"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+        let labels = reopened.keySlots().map(\.label)
+        XCTAssertEqual(Array(labels.prefix(2)), ["passphrase", "recovery"])
+        XCTAssertEqual(Set(labels.dropFirst(2)), ["laptop", "phone ☎"])
+        // The config was not written: adding a slot only makes a file.
+        XCTAssertEqual(reopened.config, vault.config)
+    }
+
+    /// A wrong passphrase costs one key derivation per passphrase slot, each with its
+    /// own salt; a right one stops at the slot that opens.
+    func testEverySlotIsTriedWithItsOwnSalt() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        try vault.addPassphraseSlot(master: master, passphrase: secret("one"), label: "one")
+        try vault.addPassphraseSlot(master: master, passphrase: secret("two"), label: "two")
+        let salts = Mutex<[[UInt8]]>([])
+        let counting: Vault.KeyDerivation = { words, salt, parameters in
+            salts.withLock { $0.append(salt) }
+            return try Vault.deriveInProcess(words, salt, parameters)
+        }
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret("wrong"), derive: counting))
+        XCTAssertEqual(salts.withLock { Set($0).count }, 3)
+        XCTAssertEqual(salts.withLock { $0.count }, 3)
+    }
+
+    func testLabelsAreCheckedAndUnique() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        try vault.addPassphraseSlot(master: master, passphrase: secret("a"), label: "work")
+        XCTAssertThrowsError(try vault.addPassphraseSlot(master: master, passphrase: secret("b"), label: "work")) {
+            XCTAssertEqual($0 as? VaultError, .slotLabelTaken("work"))
+        }
+        for bad in ["", "passphrase", "recovery", "a/b", "tab\there", String(repeating: "x", count: 65), "0123456789abcdef0123456789abcdef"] {
+            XCTAssertThrowsError(try vault.addPassphraseSlot(master: master, passphrase: secret("b"), label: bad), bad) {
+                guard case .invalidSlotLabel = $0 as? VaultError else { return XCTFail("\(bad): \($0)") }
+            }
+        }
+        XCTAssertEqual(try slotFileNames().count, 1)
+    }
+
+    /// The wrapped key is bound to the vault's parameters and to the slot's id, kind,
+    /// label and KDF: an edited record, or one copied from another vault, does not open.
+    func testASlotIsBoundToItsVaultAndItself() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let record = try vault.addPassphraseSlot(master: master, passphrase: secret("mine"), label: "mine")
+        let name = SlotFile.fileName(id: record.id)
+        let original = try Sys.readFile(SlotFile.directory + "/" + name, in: dir.fd)
+        func rewrite(_ edit: (inout SlotFile) -> Void) throws {
+            var edited = try SlotFile.parse(original)
+            edit(&edited)
+            chmod(slotsPath + "/" + name, 0o600)
+            try Data(edited.serialized()).write(to: URL(fileURLWithPath: slotsPath + "/" + name))
+        }
+        let edits: [(String, (inout SlotFile) -> Void)] = [
+            ("label", { $0.label = "yours" }),
+            ("id", { $0.id = String(repeating: "ab", count: 16) }),
+            ("kind", { $0.kind = "recovery" }),
+            ("memLimit", { $0.kdf?.memLimit *= 2 }),
+        ]
+        for (what, edit) in edits {
+            try rewrite(edit)
+            XCTAssertThrowsError(try vault.unlock(passphrase: secret("mine")), what) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+        }
+        try rewrite { _ in }
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret("mine"))), contentKey(master))
+
+        // The same record in another vault (another salt and creation time in its
+        // parameters) opens nothing there.
+        let other = TempDirectory()
+        let (otherVault, _) = try makeVault(in: other.path)
+        XCTAssertEqual(mkdir(other.path + "/" + SlotFile.directory, 0o700), 0)
+        try Data(original).write(to: URL(fileURLWithPath: other.path + "/" + SlotFile.directory + "/" + name))
+        XCTAssertEqual(otherVault.keySlots().count, 3)
+        XCTAssertThrowsError(try otherVault.unlock(passphrase: secret("mine"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+    }
+
+    func testRemovingNeverTakesTheLastWayIn() throws {
+        let (vault, recovery) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let laptop = try vault.addPassphraseSlot(master: master, passphrase: secret("laptop words"), label: "laptop")
+        XCTAssertThrowsError(try vault.removeSlot("nothing")) { XCTAssertEqual($0 as? VaultError, .slotNotFound("nothing")) }
+
+        // The slots of coffer.conf go by their labels; the config is rewritten without them.
+        try vault.removeSlot("passphrase")
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret(passphrase))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+        XCTAssertEqual(try Vault.open(at: dir.path).config.slots.map(\.kind), ["recovery"])
+        XCTAssertThrowsError(try vault.changePassphrase(master: master, newPassphrase: secret("x"))) {
+            XCTAssertEqual($0 as? VaultError, .slotNotFound("passphrase"))
+        }
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret("laptop words"))), contentKey(master))
+        try vault.removeSlot("recovery")
+        XCTAssertThrowsError(try vault.unlock(recoveryKey: recovery)) { XCTAssertEqual($0 as? VaultError, .missingKeySlot(kind: "recovery")) }
+
+        // One way in is left: refused, by label and by id, and the file is still there.
+        XCTAssertFalse(try vault.leavesAWayIn(removing: "laptop"))
+        XCTAssertThrowsError(try vault.removeSlot("laptop")) { XCTAssertEqual($0 as? VaultError, .lastWayIn("slot \"laptop\"")) }
+        XCTAssertThrowsError(try vault.removeSlot(laptop.id)) { guard case .lastWayIn = $0 as? VaultError else { return XCTFail("\($0)") } }
+        XCTAssertEqual(try slotFileNames(), [laptop.id + ".slot"])
+
+        // With a second slot, either can go; by id here.
+        let desk = try vault.addPassphraseSlot(master: master, passphrase: secret("desk words"), label: "desk")
+        let report = try vault.removeSlot(laptop.id)
+        XCTAssertEqual(report.destroyed, [SlotFile.directory + "/" + laptop.id + ".slot"])
+        XCTAssertEqual(try slotFileNames(), [desk.id + ".slot"])
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret("laptop words"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+    }
+
+    /// Two machines add slots to copies of one vault at the same time: each writes only
+    /// its own file, so the merged directory (what a sync engine makes of it) holds both,
+    /// and each passphrase opens it. The same label on both machines is two slots, which
+    /// a removal by label refuses to choose between.
+    func testTwoMachinesAddingSlotsMergeWithoutConflict() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        try vault.addPassphraseSlot(master: master, passphrase: secret("shared words"), label: "shared")
+        let machineB = TempDirectory()
+        XCTAssertEqual(Harnessless.copyTree(dir.path, to: machineB.path), 0)
+        let onB = try Vault.open(at: machineB.path)
+
+        let a = try vault.addPassphraseSlot(master: master, passphrase: secret("words of A"), label: "A")
+        let b = try onB.addPassphraseSlot(master: master, passphrase: secret("words of B"), label: "B")
+        let twinA = try vault.addPassphraseSlot(master: master, passphrase: secret("twin A"), label: "twin")
+        let twinB = try onB.addPassphraseSlot(master: master, passphrase: secret("twin B"), label: "twin")
+        // The sync: B's new files arrive beside A's; nothing has the same name.
+        for record in [b, twinB] {
+            let name = SlotFile.fileName(id: record.id)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: slotsPath + "/" + name))
+            try FileManager.default.copyItem(atPath: machineB.path + "/" + SlotFile.directory + "/" + name, toPath: slotsPath + "/" + name)
+        }
+        let merged = try Vault.open(at: dir.path)
+        XCTAssertEqual(merged.keySlots().count, 2 + 5)
+        for words in [passphrase, "shared words", "words of A", "words of B", "twin A", "twin B"] {
+            XCTAssertEqual(contentKey(try merged.unlock(passphrase: secret(words))), contentKey(master), words)
+        }
+        XCTAssertThrowsError(try merged.removeSlot("twin")) {
+            XCTAssertEqual($0 as? VaultError, .slotAmbiguous(label: "twin", ids: [twinA.id, twinB.id].sorted()))
+        }
+        try merged.removeSlot(twinB.id)
+        XCTAssertThrowsError(try merged.unlock(passphrase: secret("twin B")))
+        XCTAssertEqual(contentKey(try merged.unlock(passphrase: secret("twin A"))), contentKey(master))
+        _ = a
+    }
+
+    /// passwd of a labelled slot re-wraps it under a new salt in its own file, and
+    /// destroys the copies a sync engine kept of it (which open with the old passphrase).
+    func testPasswdOfOneSlotReplacesItAndItsCopies() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let record = try vault.addPassphraseSlot(master: master, passphrase: secret("old words"), label: "laptop")
+        let name = SlotFile.fileName(id: record.id)
+        let copy = record.id + ".sync-conflict-20261126-101500-ABCDEFG.slot"
+        try FileManager.default.copyItem(atPath: slotsPath + "/" + name, toPath: slotsPath + "/" + copy)
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret("old words"))), contentKey(master))
+
+        XCTAssertEqual(try vault.passphraseSlotToChange("laptop"), "laptop")
+        XCTAssertThrowsError(try vault.passphraseSlotToChange("recovery")) { XCTAssertEqual($0 as? VaultError, .slotNotFound("recovery")) }
+        let report = try vault.changePassphrase(master: master, newPassphrase: secret("new words"), slot: "laptop")
+        XCTAssertEqual(report.destroyed, [SlotFile.directory + "/" + copy])
+        XCTAssertEqual(try slotFileNames(), [name])
+        let changed = try SlotFile.parse(try Sys.readFile(SlotFile.directory + "/" + name, in: dir.fd))
+        XCTAssertEqual(changed.id, record.id)
+        XCTAssertEqual(changed.label, "laptop")
+        XCTAssertNotEqual(changed.kdf?.salt, record.kdf?.salt)
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret("old words"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret("new words"))), contentKey(master))
+        // The passphrase of coffer.conf is untouched.
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret(passphrase))), contentKey(master))
+    }
+
+    /// What another writer leaves in coffer.slots is never followed, opened or served
+    /// (a FIFO would hang a reader that opened it), nor a reason to fail the unlock.
+    func testHostileEntriesAreSkipped() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let record = try vault.addPassphraseSlot(master: master, passphrase: secret("good"), label: "good")
+        outside.write("outside.slot", try Sys.readFile(SlotFile.directory + "/" + SlotFile.fileName(id: record.id), in: dir.fd))
+        XCTAssertEqual(mkfifo(slotsPath + "/fifo.slot", 0o600), 0)
+        XCTAssertEqual(symlink(outside.path + "/outside.slot", slotsPath + "/link.slot"), 0)
+        XCTAssertEqual(mkdir(slotsPath + "/dir.slot", 0o700), 0)
+        try Data("{\"not\": \"a slot\"}".utf8).write(to: URL(fileURLWithPath: slotsPath + "/junk.slot"))
+        try Data(repeating: 0x41, count: SlotFile.sizeLimit + 1).write(to: URL(fileURLWithPath: slotsPath + "/huge.slot"))
+        var future = try SlotFile.parse(try Sys.readFile(SlotFile.directory + "/" + SlotFile.fileName(id: record.id), in: dir.fd))
+        future.kind = "tpm2"
+        future.label = "future"
+        future.id = String(repeating: "0f", count: 16)
+        try Data(future.serialized()).write(to: URL(fileURLWithPath: slotsPath + "/future.slot"))
+
+        let entries = vault.slotEntries()
+        XCTAssertEqual(entries.filter { if case .success = $0.record { return true }; return false }.map(\.name).sorted(),
+                       ["future.slot", SlotFile.fileName(id: record.id)].sorted())
+        XCTAssertEqual(entries.count, 7)
+        XCTAssertEqual(vault.keySlots().first { $0.label == "future" }?.usable, false)
+        XCTAssertEqual(contentKey(try vault.unlock(passphrase: secret("good"))), contentKey(master))
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret("bad"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+        // A slot of an unknown kind is no way in this build can count on.
+        try vault.removeSlot("passphrase")
+        try vault.removeSlot("recovery")
+        XCTAssertThrowsError(try vault.removeSlot("good")) { guard case .lastWayIn = $0 as? VaultError else { return XCTFail("\($0)") } }
+
+        // coffer.slots itself as a symlink to a directory of slots: not followed.
+        try FileManager.default.moveItem(atPath: slotsPath, toPath: outside.path + "/moved")
+        XCTAssertEqual(symlink(outside.path + "/moved", slotsPath), 0)
+        XCTAssertTrue(vault.slotEntries().isEmpty)
+        XCTAssertThrowsError(try vault.unlock(passphrase: secret("good"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+    }
+
+    /// Wipe destroys every regular file in coffer.slots whatever its name, reaches them
+    /// without following a symlink, never overwrites through another hard link, and
+    /// removes the directory once it is empty.
+    func testWipeDestroysEverySlotFile() throws {
+        let (vault, recovery) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let one = try vault.addPassphraseSlot(master: master, passphrase: secret("one"), label: "one")
+        let two = try vault.addPassphraseSlot(master: master, passphrase: secret("two"), label: "two")
+        let copy = one.id + " (conflicted copy 2026-11-26).slot"
+        try FileManager.default.copyItem(atPath: slotsPath + "/" + SlotFile.fileName(id: one.id), toPath: slotsPath + "/" + copy)
+        dir.write(SlotFile.directory + "/.\(two.id).slot.tmp.1.ff", [1, 2, 3])
+        let report = try vault.wipe()
+        let slotNames = [SlotFile.fileName(id: one.id), SlotFile.fileName(id: two.id), copy, ".\(two.id).slot.tmp.1.ff"]
+        XCTAssertEqual(Set(report.destroyed), Set([VaultConfig.fileName] + slotNames.map { SlotFile.directory + "/" + $0 }))
+        XCTAssertTrue(report.notDestroyed.isEmpty && report.leftAlone.isEmpty, "\(report)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: slotsPath))
+        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .notAVault(path: dir.path)) }
+        _ = recovery
+
+        // A hard link to a file elsewhere, a FIFO and a subdirectory planted in coffer.slots.
+        let victim = outside.path + "/victim"
+        outside.write("victim", Array("the victim's bytes".utf8))
+        XCTAssertEqual(mkdir(slotsPath, 0o700), 0)
+        XCTAssertEqual(link(victim, slotsPath + "/linked.slot"), 0)
+        XCTAssertEqual(mkfifo(slotsPath + "/fifo.slot", 0o600), 0)
+        dir.write(SlotFile.directory + "/plain.slot", Array(repeating: 0x41, count: 300))
+        let second = try Vault.destroyKeySlots(in: dir.fd, includingConfig: true)
+        XCTAssertEqual(second.destroyed, [SlotFile.directory + "/plain.slot"])
+        XCTAssertEqual(second.notDestroyed.map(\.name), [SlotFile.directory + "/linked.slot"])
+        XCTAssertEqual(second.leftAlone.map(\.name), [SlotFile.directory + "/fifo.slot"])
+        XCTAssertEqual(outside.read("victim"), Array("the victim's bytes".utf8))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: slotsPath), ["fifo.slot"])
+
+        // coffer.slots as a symlink: left alone, nothing behind it touched.
+        try FileManager.default.removeItem(atPath: slotsPath)
+        outside.write("behind.slot", [9, 9])
+        XCTAssertEqual(symlink(outside.path, slotsPath), 0)
+        let third = try Vault.destroyKeySlots(in: dir.fd, includingConfig: true)
+        XCTAssertEqual(third.leftAlone.map(\.name), [SlotFile.directory])
+        XCTAssertEqual(outside.read("behind.slot"), [9, 9])
+        // passwd's clean-up of the config's copies never reaches the slots.
+        XCTAssertTrue(try Vault.destroyKeySlots(in: dir.fd, includingConfig: false).leftAlone.isEmpty)
+    }
+}
+
+/// A copy of a directory tree as a sync engine would carry it (cp -a).
+enum Harnessless {
+    static func copyTree(_ from: String, to: String) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/cp")
+        process.arguments = ["-a", from + "/.", to]
+        guard (try? process.run()) != nil else { return -1 }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
