@@ -162,6 +162,10 @@ public final class FuseSession: @unchecked Sendable {
         return status
     }
 
+    /// Whether the last `run` ended because the transport failed (an io_uring queue that
+    /// cannot go on): the daemon then exits with a failure, after the same clean shutdown.
+    public var endedByFailure: Bool { loop.endedByFailure.load(ordering: .acquiring) }
+
     /// Detaches the mount if it is still there (after a signal; after `fusermount3 -u`
     /// the kernel has already detached it).
     public func unmount() {
@@ -176,6 +180,9 @@ public final class FuseSession: @unchecked Sendable {
 /// can end the loop from its own thread, as SIGTERM would.
 final class ServingLoop: Sendable {
     private let thread = Mutex<pthread_t?>(nil)
+    /// Set by `end`: the loop ended because the transport failed, not by a signal or an
+    /// unmount.
+    let endedByFailure = Atomic<Bool>(false)
 
     /// Runs `loop` on the calling thread, the one `end` interrupts.
     func run(_ loop: () -> Int32) -> Int32 {
@@ -190,6 +197,7 @@ final class ServingLoop: Sendable {
     /// signal that comes just before the loop waits is missed, hence again every 20 ms.
     /// Nothing once the loop has returned: the session may be gone by then.
     func end(_ session: OpaquePointer) {
+        endedByFailure.store(true, ordering: .releasing)
         while thread.withLock({ thread in
             thread.map {
                 fuse_session_exit(session)

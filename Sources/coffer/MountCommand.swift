@@ -345,6 +345,9 @@ struct MountCommand: ParsableCommand {
         logger.notice("unmounted \(target); keys wiped")
         // A clean exit: everything written is made durable and the undo records go.
         do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
+        if session.endedByFailure {
+            throw CommandFailure(status: .failure, message: "the mount of \(target) ended because its io_uring transport failed (the daemon's log says which call)")
+        }
     }
 }
 

@@ -168,6 +168,7 @@ final class RingFailureTests: XCTestCase {
         try probe.run()
 
         XCTAssertEqual(served.wait(timeout: .now() + 20), .success, "the session's loop did not end")
+        XCTAssertTrue(session!.endedByFailure, "the session does not say that its transport failed (the daemon would exit 0)")
         session!.unmount()
         session = nil
         probe.waitUntilExit()
