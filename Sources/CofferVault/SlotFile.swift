@@ -63,18 +63,12 @@ public struct SlotFile: Codable, Equatable, Sendable {
     /// ‖ str kind ‖ str label ‖ str kdf.algorithm ‖ u64 opsLimit ‖ u64 memLimit ‖ str kdf.salt
     /// (without a KDF: str "" ‖ u64 0 ‖ u64 0 ‖ str "").
     public func associatedData(config: VaultConfig) -> [UInt8] {
-        var out = Array("coffer.slot".utf8) + [0]
-        func u32(_ v: Int) { out += withUnsafeBytes(of: UInt32(truncatingIfNeeded: v).bigEndian, Array.init) }
-        func u64(_ v: UInt64) { out += withUnsafeBytes(of: v.bigEndian, Array.init) }
-        func str(_ s: String) {
-            let bytes = Array(s.utf8)
-            out += withUnsafeBytes(of: UInt16(truncatingIfNeeded: bytes.count).bigEndian, Array.init) + bytes
-        }
-        u32(slot)
-        out += config.canonicalParameters
-        str(id); str(kind); str(label)
-        str(kdf?.algorithm ?? ""); u64(kdf?.opsLimit ?? 0); u64(kdf?.memLimit ?? 0); str(kdf?.salt ?? "")
-        return out
+        var out = CanonicalBytes(tag: "coffer.slot")
+        out.u32(slot)
+        out.append(config.canonicalParameters)
+        out.str(id); out.str(kind); out.str(label)
+        out.str(kdf?.algorithm ?? ""); out.u64(kdf?.opsLimit ?? 0); out.u64(kdf?.memLimit ?? 0); out.str(kdf?.salt ?? "")
+        return out.bytes
     }
 
     /// A passphrase slot for `master`, wrapped under `kek` (the passphrase's Argon2id key

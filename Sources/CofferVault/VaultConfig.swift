@@ -79,16 +79,10 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// str kdf.algorithm ‖ u64 opsLimit ‖ u64 memLimit ‖ str salt, where str is a u16
     /// big-endian length followed by UTF-8 bytes.
     public var canonicalParameters: [UInt8] {
-        var out = Array("coffer.conf".utf8) + [0]
-        func u32(_ v: Int) { out += withUnsafeBytes(of: UInt32(truncatingIfNeeded: v).bigEndian, Array.init) }
-        func u64(_ v: UInt64) { out += withUnsafeBytes(of: v.bigEndian, Array.init) }
-        func str(_ s: String) {
-            let bytes = Array(s.utf8)
-            out += withUnsafeBytes(of: UInt16(truncatingIfNeeded: bytes.count).bigEndian, Array.init) + bytes
-        }
-        u32(format); str(created); str(contentCipher); u32(blockSize)
-        str(kdf.algorithm); u64(kdf.opsLimit); u64(kdf.memLimit); str(kdf.salt)
-        return out
+        var out = CanonicalBytes(tag: "coffer.conf")
+        out.u32(format); out.str(created); out.str(contentCipher); out.u32(blockSize)
+        out.str(kdf.algorithm); out.u64(kdf.opsLimit); out.u64(kdf.memLimit); out.str(kdf.salt)
+        return out.bytes
     }
 
     /// Associated data of the slot of `kind`: the canonical parameters ‖ str kind.

@@ -15,6 +15,18 @@ final class FormatVectorTests: XCTestCase {
         return MasterKey(secret: key)
     }
 
+    /// The format 2 config of the config vectors (§10): created 2026-01-01T00:00:00Z,
+    /// XChaCha20-Poly1305, 2 passes, 64 MiB, salt 10 … 1f; its checksum computed.
+    static func vectorConfig() -> VaultConfig {
+        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
+                                 blockSize: 4096,
+                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
+                                            salt: Base64URL.encode(bytes(from: 0x10, count: 16))),
+                                 slots: [], checksum: "")
+        config.checksum = config.computedChecksum()
+        return config
+    }
+
     /// Every vector, computed by the code from the fixed inputs the spec lists.
     static func computed() throws -> [(String, String)] {
         let master = master()
@@ -113,13 +125,8 @@ final class FormatVectorTests: XCTestCase {
         // Key slots of a config with fixed salt, time and nonces.
         // A format 2 config (XChaCha20-Poly1305); format 3 differs only in the number and cipher name.
         out.append(("config_format", "2"))
-        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
-                                 blockSize: 4096,
-                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
-                                            salt: Base64URL.encode(bytes(from: 0x10, count: 16))),
-                                 slots: [], checksum: "")
+        let config = vectorConfig()
         out.append(("config_canonical_parameters", hex(config.canonicalParameters)))
-        config.checksum = config.computedChecksum()
         out.append(("config_checksum", config.checksum))
         let pass = SecureBytes(count: 28)
         pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
@@ -198,12 +205,7 @@ final class FormatVectorTests: XCTestCase {
         let pass = SecureBytes(count: 28)
         pass.withUnsafeMutableBytes { $0.copyBytes(from: Array("correct horse battery staple".utf8)) }
         let kek = try PassphraseKDF.deriveKey(passphrase: pass, salt: Self.bytes(from: 0x10, count: 16), parameters: .floor)
-        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
-                                 blockSize: 4096,
-                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
-                                            salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),
-                                 slots: [], checksum: "")
-        config.checksum = config.computedChecksum()
+        let config = Self.vectorConfig()
         let sealed = try Base64URL.decode(try XCTUnwrap(documented["slot_passphrase_wrapped"]))
         let master = try SealedBox(key: kek).open(sealed, associatedData: config.associatedData(slot: "passphrase"), what: "slot")
         XCTAssertEqual(Self.hex(master.withUnsafeBytes { Array($0) }), documented["master_key"])
@@ -213,12 +215,7 @@ final class FormatVectorTests: XCTestCase {
     /// opens to the master key with its passphrase, and to nothing once relabelled.
     func testDocumentedSlotFileOpens() throws {
         let documented = try Self.documented()
-        var config = VaultConfig(format: 2, created: "2026-01-01T00:00:00Z", contentCipher: ContentAlgorithm.xchacha20poly1305.rawValue,
-                                 blockSize: 4096,
-                                 kdf: .init(algorithm: PassphraseKDF.algorithmName, opsLimit: 2, memLimit: 64 << 20,
-                                            salt: Base64URL.encode(Self.bytes(from: 0x10, count: 16))),
-                                 slots: [], checksum: "")
-        config.checksum = config.computedChecksum()
+        let config = Self.vectorConfig()
         let json = """
             {"slot": 1, "id": "00112233445566778899aabbccddeeff", "kind": "passphrase", "label": "laptop",
              "created": "2026-11-26T00:00:00Z", "wrappedKey": "\(try XCTUnwrap(documented["slot_file_wrapped"]))",
