@@ -26,12 +26,21 @@ final class LockedDrops: Sendable {
         init(_ node: Node) { dev = node.dev; ino = node.ino }
     }
 
-    /// An entry made while locked.
+    /// An entry made while locked — or a file from before the lock that the kernel knew
+    /// in a directory that takes drops (so that a delivery begun just before the lock can
+    /// still be renamed or removed): its backing name is then its encrypted name until a
+    /// rename while locked gives it a sealed one.
     struct Drop {
         var backing: String
         let node: Node
-        /// A file's own key; nil for a directory.
+        /// A file's own key, made while locked; nil for a directory, or a file from before
+        /// the lock (it can be renamed and removed, not opened anew: one open at the lock
+        /// has its key with its node alone, so that the key goes at its last close).
         let cipher: ContentCipher?
+        let isDirectory: Bool
+        /// Made, or renamed, while locked: its backing name is sealed (listed while
+        /// locked, converted at the unlock).
+        var isSealed: Bool { DropName.isDrop(backing) }
     }
 
     /// A directory reachable while locked.
@@ -66,13 +75,21 @@ extension PlainFileSystem {
     func prepareDrops(keys: Keys) {
         guard let publicKey = keys.set.drops?.publicKey else { return }
         var directories: [LockedDrops.Key: LockedDrops.Directory] = [:]
-        for node in nodes.allNodes() where node.isDirectory && protectionClass(of: node, keys: keys) == .unlessOpen {
+        let all = nodes.allNodes()
+        for node in all where node.isDirectory && protectionClass(of: node, keys: keys) == .unlessOpen {
             directories[.init(node), default: .init(node: node, takesDrops: true)].takesDrops = true
             var child = node
             while let (parent, name) = child.entry, child !== nodes.root {
                 directories[.init(parent), default: .init(node: parent, takesDrops: false)].passages[name] = child
                 child = parent
             }
+        }
+        // The files the kernel knows in them, under short encrypted names still theirs.
+        for node in all where node.isRegular {
+            guard let (parent, name) = node.entry, directories[.init(parent)]?.takesDrops == true,
+                  case .short(let backing)? = try? backingName(name, in: parent, keys: keys),
+                  (try? Sys.stat(backing, in: parent.fd)).map({ UInt64($0.st_ino) }) == node.ino else { continue }
+            directories[.init(parent)]!.drops[name] = .init(backing: backing, node: node, cipher: nil, isDirectory: false)
         }
         drops.state.withLock { state in
             state.publicKey = publicKey
@@ -93,15 +110,15 @@ extension PlainFileSystem {
             }
             guard state.active else { return }
             // Directories made while locked are converted before what they hold.
-            let dropped = Set(state.directories.values.flatMap { $0.drops.values.filter { $0.cipher == nil }.map { LockedDrops.Key($0.node) } })
+            let dropped = Set(state.directories.values.flatMap { $0.drops.values.filter(\.isDirectory).map { LockedDrops.Key($0.node) } })
             var pending = state.directories.values.filter { $0.takesDrops && !dropped.contains(.init($0.node)) }.map(\.node)
             while let dir = pending.popLast() {
                 guard let made = state.directories[.init(dir)]?.drops else { continue }
-                for (name, drop) in made {
+                for (name, drop) in made where drop.isSealed {
                     do {
                         let converted = try convert(drop.backing, in: dir, keys: keys)
                         drop.node.setName(converted.name, parent: dir)
-                        if drop.cipher == nil { pending.append(drop.node) }
+                        if drop.isDirectory { pending.append(drop.node) }
                     } catch {
                         logger.error("unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \(error)")
                     }
@@ -298,7 +315,7 @@ extension PlainFileSystem {
                 throw error
             }
             let entry = try enter(backing, in: dir.node, plainName: name)
-            let drop = LockedDrops.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher)
+            let drop = LockedDrops.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher, isDirectory: false)
             dir.drops[name] = drop
             state.directories[.init(dir.node)] = dir
             let file = OpenFile(node: drop.node, fd: fd, writable: flags & O_ACCMODE != O_RDONLY, synchronous: flags & O_DSYNC != 0)
@@ -309,7 +326,8 @@ extension PlainFileSystem {
 
     /// A new open file of dropped file `drop` (O_TRUNC empties it).
     private func openDrop(_ drop: LockedDrops.Drop, flags: Int32) throws -> UInt64 {
-        guard let cipher = drop.cipher else { throw Errno(EISDIR, "open") }
+        guard !drop.isDirectory else { throw Errno(EISDIR, "open") }
+        guard let cipher = drop.cipher else { throw Errno(EACCES, "locked") }
         let (backingFlags, writable) = Self.backingFlags(flags)
         let fd = try FileDescriptor.open(drop.node.procPath, flags: backingFlags)
         if flags & O_TRUNC != 0 && writable {
@@ -339,7 +357,7 @@ extension PlainFileSystem {
             }
             let entry = try enter(backing, in: dir.node, plainName: name)
             let node = nodes.node(entry.node)
-            dir.drops[name] = .init(backing: backing, node: node, cipher: nil)
+            dir.drops[name] = .init(backing: backing, node: node, cipher: nil, isDirectory: true)
             state.directories[.init(dir.node)] = dir
             state.directories[.init(node)] = .init(node: node, takesDrops: true)
             return entry
@@ -351,10 +369,10 @@ extension PlainFileSystem {
         try whileLocked { state in
             var dir = try reachable(parent, in: state, takingDrops: true)
             guard let drop = dir.drops[name] else { throw Errno(dir.passages[name] != nil ? EACCES : ENOENT, "locked") }
-            guard (drop.cipher == nil) == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
+            guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
             if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
             try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
-            if let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
+            if drop.isSealed, let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
             dir.drops[name] = nil
@@ -378,12 +396,15 @@ extension PlainFileSystem {
             let replaced = to.drops[newName]
             if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
             let target = try replaced?.backing ?? dropName(newName, state)
-            if let replaced, replaced.cipher != nil { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
+            // A file from before the lock is replaced only with the keys (its encrypted name
+            // would then hold content bound to another place).
+            if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
+            if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
             try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
-            if let replaced, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
+            if let replaced, !replaced.isDirectory, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
-            if let replaced, replaced.cipher == nil { state.directories[.init(replaced.node)] = nil }
+            if let replaced, replaced.isDirectory { state.directories[.init(replaced.node)] = nil }
             var moved = moving
             moved.backing = target
             from.drops[name] = nil
@@ -402,8 +423,8 @@ extension PlainFileSystem {
             guard let dir = state.directories[.init(node)], dir.takesDrops else { throw Errno(EACCES, "locked") }
             var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
                            ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
-            for (name, drop) in dir.drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
-                entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.cipher == nil ? DT_DIR : DT_REG),
+            for (name, drop) in dir.drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
+                entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.isDirectory ? DT_DIR : DT_REG),
                                            backingName: drop.backing))
             }
             return entries

@@ -323,7 +323,7 @@ extension PlainFileSystem {
     /// an entry made while locked, are still changed while locked.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
         let node = nodes.node(id)
-        if let drop = (try? lockedDrop(id)) ?? nil {
+        if let drop = (try? lockedDrop(id)) ?? nil, drop.isDirectory || drop.cipher != nil {
             return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }
         }
         return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }
@@ -344,7 +344,7 @@ extension PlainFileSystem {
             try withWritableDescriptor(node, handle: handle) { fd in
                 try reportingDamage(node) {
                     try node.contentLock.writing {
-                        guard let cipher = cipher(fd) else { throw Errno(EISDIR, "truncate") }
+                        guard let cipher = cipher(fd) else { throw Errno(EACCES, "locked") }
                         try content(fd, of: node, cipher: cipher, safety: rewriteSafety(node)).truncate(to: size)
                     }
                 }

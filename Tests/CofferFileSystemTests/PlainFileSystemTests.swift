@@ -348,6 +348,9 @@ final class PlainFileSystemTests: XCTestCase {
         var buffer = [UInt8](repeating: 0, count: 3)
         XCTAssertEqual(try buffer.withUnsafeMutableBytes { try fs.read(handle, into: $0, at: 0) }, 3)
         XCTAssertEqual(buffer, [7, 8, 9])
+        var shorter = AttributeChanges()
+        shorter.size = 2
+        XCTAssertEqual(try fs.setattr(entry.node, changes: shorter, handle: handle).st_size, 2, "ftruncate of the kept file")
         for node in [closed, plain] {
             XCTAssertThrowsError(try fs.open(node, flags: O_RDONLY, caller: me)) { XCTAssertEqual(($0 as? Errno)?.code, EACCES) }
         }
