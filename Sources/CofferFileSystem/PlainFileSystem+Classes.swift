@@ -64,15 +64,10 @@ extension PlainFileSystem {
     /// file open now whose directory is `unless-open` keeps its own key (and nothing
     /// else) until its last close. Returns how many files kept one.
     @discardableResult
-    func keepOpenFiles(keys: Keys) -> Int {
-        guard vault.config.hasProtectionClasses else { return 0 }
-        var classes: [ObjectIdentifier: ProtectionClass] = [:]
+    func keepOpenFiles(keys: Keys, unlessOpen: Set<LockedDrops.Key>) -> Int {
         var kept = 0
         for node in nodes.allNodes() where node.isRegular && node.isOpen && node.keptKey == nil {
-            guard let dir = node.directory else { continue }
-            let dirClass = classes[ObjectIdentifier(dir)] ?? protectionClass(of: dir, keys: keys)
-            classes[ObjectIdentifier(dir)] = dirClass
-            guard dirClass == .unlessOpen else { continue }
+            guard let dir = node.directory, unlessOpen.contains(.init(dir)) else { continue }
             do {
                 let fd = try FileDescriptor.open(node.procPath, flags: O_RDONLY | O_NONBLOCK)
                 let cipher = contentCipher(fd.rawValue, of: node, keys: keys)
@@ -85,6 +80,13 @@ extension PlainFileSystem {
         }
         if kept > 0 { logger.info("lock: \(kept) open file(s) of unless-open directories keep their keys until closed") }
         return kept
+    }
+
+    /// The directories the kernel knows whose class is `unless-open`: read once at a lock,
+    /// for the open files it leaves their keys and the directories that take new files.
+    func unlessOpenDirectories(keys: Keys) -> Set<LockedDrops.Key> {
+        guard vault.config.hasProtectionClasses else { return [] }
+        return Set(nodes.allNodes().filter { $0.isDirectory && protectionClass(of: $0, keys: keys) == .unlessOpen }.map(LockedDrops.Key.init))
     }
 
     /// How many files a lock left their keys, still open.

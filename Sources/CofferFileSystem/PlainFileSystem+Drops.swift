@@ -72,11 +72,11 @@ extension PlainFileSystem {
 
     /// At a lock (no operation running, the keys still there): the directories that take
     /// drops, and the names that lead to them.
-    func prepareDrops(keys: Keys) {
+    func prepareDrops(keys: Keys, unlessOpen: Set<LockedDrops.Key>) {
         guard let publicKey = keys.set.drops?.publicKey else { return }
         var directories: [LockedDrops.Key: LockedDrops.Directory] = [:]
         let all = nodes.allNodes()
-        for node in all where node.isDirectory && protectionClass(of: node, keys: keys) == .unlessOpen {
+        for node in all where node.isDirectory && unlessOpen.contains(.init(node)) {
             directories[.init(node), default: .init(node: node, takesDrops: true)].takesDrops = true
             var child = node
             while let (parent, name) = child.entry, child !== nodes.root {

@@ -268,8 +268,9 @@ public final class PlainFileSystem: Sendable {
         let (retiring, stuck) = lockDecision.withLock { _ in
             let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
             if let retiring {
-                keepOpenFiles(keys: retiring)
-                prepareDrops(keys: retiring)
+                let unlessOpen = unlessOpenDirectories(keys: retiring)
+                keepOpenFiles(keys: retiring, unlessOpen: unlessOpen)
+                prepareDrops(keys: retiring, unlessOpen: unlessOpen)
             }
             return (retiring, stuck)
         }
