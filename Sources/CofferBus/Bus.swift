@@ -97,9 +97,7 @@ public final class Bus: @unchecked Sendable {
     /// Starts the thread that owns the connection from now on.
     public func start() {
         queue.withLock { $0.started = true }
-        let thread = Thread { [self] in run() }
-        thread.name = "coffer-bus"
-        thread.start()
+        BackgroundThread.start("coffer-bus") { [self] in run() }
     }
 
     /// Runs `body` on the bus thread, soon; never waits for it.

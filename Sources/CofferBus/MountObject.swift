@@ -2,6 +2,7 @@
 // the well-known name io.github.coffer.Mount.<id>, the object /io/github/coffer/Mount/<id>
 // with interface io.github.coffer.Mount1 — the property Locked, the signals WillLock,
 // Locked and Unlocked, and the method Lock, which only the owner and root may call.
+import CofferSystem
 import Foundation
 import Glibc
 import Logging
@@ -137,7 +138,7 @@ public final class MountObject: Sendable {
                 // The lock waits (a drain, a grace): on a thread of its own, the reply after it.
                 let lock = control.lock
                 let token = bus.hold(message)
-                let thread = Thread { [bus] in
+                BackgroundThread.start("coffer-bus-lock") { [bus] in
                     lock(grace)
                     bus.perform {
                         do {
@@ -147,8 +148,6 @@ public final class MountObject: Sendable {
                         }
                     }
                 }
-                thread.name = "coffer-bus-lock"
-                thread.start()
             default:
                 return 0
             }

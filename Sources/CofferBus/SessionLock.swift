@@ -78,9 +78,7 @@ public final class SessionLock: Sendable {
                 guard let owned = try? sessions(of: reply).contains(where: { $0.path == path && $0.uid == owner }), owned else { return }
                 bus.logger.notice("session: \(why) (\(path)): locking")
                 let lock = self.lock
-                let thread = Thread { lock(.screen, nil) }
-                thread.name = "coffer-session-lock"
-                thread.start()
+                BackgroundThread.start("coffer-screen") { lock(.screen, nil) }
             }
         } catch {
             bus.logger.warning("session: \(why) of \(path) not followed: \(error)")
@@ -96,7 +94,7 @@ public final class SessionLock: Sendable {
         }
         bus.logger.notice("session: suspend coming: locking before sleep")
         let lock = self.lock, grace = suspendGrace
-        let thread = Thread { [bus] in
+        BackgroundThread.start("coffer-suspend") { [bus] in
             lock(.suspend, grace)
             bus.perform {
                 if let held {
@@ -107,8 +105,6 @@ public final class SessionLock: Sendable {
                 }
             }
         }
-        thread.name = "coffer-sleep-lock"
-        thread.start()
     }
 
     /// After a resume (or at a failed suspend), a new inhibitor for the next suspend.

@@ -104,7 +104,7 @@ final class OtherWriters: Sendable {
     func start(_ handle: @escaping @Sendable (DirectoryEvents.Event) -> Void) {
         guard let events else { return }
         let logger = self.logger
-        let thread = Thread {
+        BackgroundThread.start("coffer-watch") {
             while true {
                 let batch: [DirectoryEvents.Event]
                 do { batch = try events.wait() } catch {
@@ -116,8 +116,6 @@ final class OtherWriters: Sendable {
                 usleep(useconds_t(DirectoryEvents.batching * 1_000_000))
             }
         }
-        thread.name = "coffer-other-writers"
-        thread.start()
     }
 
     func stop() { events?.stop() }

@@ -54,13 +54,9 @@ public final class ControlServer: Sendable {
         // closes it), so ownership passes from the FileDescriptor to `stop`.
         listener.store(try UnixSocket.listen(at: path).release(), ordering: .releasing)
         for i in 0..<ControlProtocol.maxConnections {
-            let worker = Thread { [self] in serveQueued() }
-            worker.name = "coffer-control-\(i)"
-            worker.start()
+            BackgroundThread.start("coffer-ctl-\(i)") { [self] in serveQueued() }
         }
-        let thread = Thread { [self] in acceptLoop() }
-        thread.name = "coffer-control"
-        thread.start()
+        BackgroundThread.start("coffer-control") { [self] in acceptLoop() }
     }
 
     /// Stops accepting, drops queued connections and removes the socket file. A request

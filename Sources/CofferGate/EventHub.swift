@@ -46,9 +46,7 @@ public final class EventHub: Sendable {
         wakeRead = pipe.read.release()
         wakeWrite = pipe.write.release()
         self.logger = logger
-        let thread = Thread { [self] in readLoop() }
-        thread.name = "coffer-events"
-        thread.start()
+        BackgroundThread.start("coffer-events") { [self] in readLoop() }
     }
 
     /// Takes connection `fd` (whose subscribe request was answered) as a subscriber; the

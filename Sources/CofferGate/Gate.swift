@@ -203,7 +203,7 @@ public final class Gate: Sendable {
     /// Starts a thread that locks once no operation needed the keys for `idleLock` seconds.
     public func startIdleTimer() {
         guard let idle = idleLock, idle > 0 else { return }
-        let thread = Thread { [self] in
+        BackgroundThread.start("coffer-idle") { [self] in
             while true {
                 sleep(UInt32(min(max(idle / 4, 1), 5)))
                 guard fs.isUnlocked && fs.idleSeconds >= idle else { continue }
@@ -214,8 +214,6 @@ public final class Gate: Sendable {
                 }
             }
         }
-        thread.name = "coffer-idle-lock"
-        thread.start()
     }
 
     /// Records the mount's bus name (nil: not on D-Bus) and `--lock-on`'s triggers for `status`.

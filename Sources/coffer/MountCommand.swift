@@ -141,7 +141,7 @@ struct MountCommand: ParsableCommand {
     }
 
     /// With --transport uring, refuses a kernel or process that cannot have it.
-    private func checkTransport() throws {
+    static func checkTransport(_ transport: FuseSession.Transport) throws {
         guard transport == .uring, let reason = FuseSession.uringUnavailableReason() else { return }
         throw CommandFailure(status: .transportUnavailable, message: "--transport uring: \(reason)")
     }
@@ -177,7 +177,7 @@ struct MountCommand: ParsableCommand {
         let vaultPath = MountPoint.canonical(cipherdir) ?? cipherdir
         try Vault.open(at: vaultPath).checkCipherAvailable()
         let target = try MountPoint.checkUsable(mountpoint)
-        try checkTransport()
+        try Self.checkTransport(transport)
         let passphrase = try givenPassphrase()
         defer { passphrase?.wipe() }
 
@@ -224,130 +224,21 @@ struct MountCommand: ParsableCommand {
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         LoggingSystem.bootstrap { _ in DaemonLogHandler(log) }
-        let logger = Logger(label: "coffer")
-        let vault = try Vault.open(at: cipherdir)
-        try vault.checkCipherAvailable()
-        let claim = try VaultClaim(vault)
-        defer { withExtendedLifetime(claim) {} }
-        let target = try MountPoint.checkUsable(mountpoint)
-        try checkTransport()
-        let socketPath: String
-        do {
-            socketPath = try socket ?? SocketPath.forMountpoint(target)
-        } catch {
-            throw CommandFailure(status: .socketUnavailable, message: "control socket: \(error)")
+        let settings = Daemon.Settings(cipherdir: cipherdir, mountpoint: mountpoint, socket: socket, stateDir: stateDir,
+                                       allowOther: allowOther, readOnly: readOnly, fuseOptions: fuseOptions,
+                                       transport: transport, threads: threads, watchLimit: watchLimit,
+                                       idleLock: idleLock.flatMap(parseDuration), lockGrace: lockGrace.flatMap(parseDuration),
+                                       lockOn: lockOn)
+        let daemon = try Daemon(settings, logger: Logger(label: "coffer")) { vault in
+            let passphrase = try passphraseFD.map { fd in
+                // Inherited from the launcher for this one read; closed after it.
+                let pipe = FileDescriptor(owning: fd)
+                return try PassphraseReader.readLine(pipe.rawValue, what: "passphrase")
+            } ?? (status.isPipe ? nil : givenPassphrase())
+            defer { passphrase?.wipe() }
+            return try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         }
-        let passphrase = try passphraseFD.map { fd in
-            // Inherited from the launcher for this one read; closed after it.
-            let pipe = FileDescriptor(owning: fd)
-            return try PassphraseReader.readLine(pipe.rawValue, what: "passphrase")
-        } ?? (status.isPipe ? nil : givenPassphrase())
-        let master = try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
-        passphrase?.wipe()
-
-        // The file system's hooks reach the session, made after it.
-        let link = SessionLink()
-        let state: String?
-        do {
-            state = try StateDirectory.forVault(vault, at: MountPoint.canonical(vault.path) ?? vault.path, given: stateDir)
-        } catch where stateDir == nil {
-            // A user without a writable home (a system account): the journal stays in
-            // CIPHERDIR, as before coffer kept it apart; durable all the same.
-            logger.warning("no state directory (\(error)); the undo journal is kept in CIPHERDIR, where a sync engine would carry it: give --state-dir if the vault is synced")
-            state = nil
-        } catch {
-            throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")
-        }
-        // A mount refused from here on leaves no state directory behind (one it made, or
-        // one a clean unmount emptied): rmdir removes it only while it is empty.
-        var served = false
-        defer { if !served, let state { try? Sys.unlink(state, in: AT_FDCWD, directory: true) } }
-        // What programs subscribed on the control socket hear (`coffer events`).
-        let events: EventHub?
-        do {
-            events = try EventHub(logger: logger)
-        } catch {
-            events = nil
-            logger.warning("events: none will be sent to programs (\(error))")
-        }
-        let fs = try PlainFileSystem(vault: vault,
-                                     options: .init(preserveOwner: allowOther && geteuid() == 0, watchOtherWriters: true,
-                                                    watchLimit: watchLimit ?? .max, stateDirectory: state),
-                                     hooks: .init(attributesChanged: link.attributesChanged, invalidateNode: link.invalidateNode,
-                                                  invalidateEntry: link.invalidateEntry, noticed: { notice in
-                                                      switch notice {
-                                                      case .damage(let path, let what): events?.publish(Event(.damage, path: path, what: what))
-                                                      case .conflictCopy(let path): events?.publish(Event(.conflict, path: path))
-                                                      }
-                                                  }),
-                                     logger: logger)
-        // …and no empty undo journal in it either (finish removes both while they are empty).
-        defer {
-            if !served {
-                do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
-            }
-        }
-        var options = FuseSession.Options()
-        options.allowOther = allowOther
-        options.readOnly = readOnly
-        options.extra = fuseOptions
-        options.fsName = vault.path
-        options.transport = transport
-        options.transportSettled = { logger.notice("requests come through \($0)") }
-        let session = try FuseSession(fs: fs, options: options, link: link)
-        let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: idleLock.flatMap(parseDuration),
-                        lockGrace: Double(lockGrace.flatMap(parseDuration) ?? 0), events: events,
-                        transport: { session.transport }, derive: KDFHelper.derive, logger: logger)
-
-        // The passphrase given at mount opens the same gate as `coffer unlock`.
-        if let master { fs.unlock(master) }
-
-        // On the session bus, and following logind where asked; named as the socket is.
-        let desktop = try DesktopSession(gate: gate, events: events,
-                                         id: String(URL(fileURLWithPath: socketPath).lastPathComponent.dropLast(".sock".count)),
-                                         mountpoint: target, lockOn: LockTrigger.parse(lockOn) ?? [], logger: logger)
-        defer { desktop.stop() }
-
-        let server = ControlServer(path: socketPath, owner: getuid(), gate: gate, logger: logger)
-        do {
-            try server.start()
-        } catch {
-            throw CommandFailure(status: .socketUnavailable, message: "control socket \(socketPath): \(error)")
-        }
-        defer { server.stop() }
-
-        do {
-            try session.mount(at: target)
-        } catch {
-            throw CommandFailure(status: .mountFailed, message: "the kernel refused to mount \(target) (see the message above)")
-        }
-        // Decided on what the mount got, not on what was typed: an escaped spelling of
-        // allow_other (allow\_other, …) reaches the kernel past any check of the text.
-        let got = MountPoint.isMounted(target)?.superOptions ?? []
-        if got.contains("allow_other") && !got.contains("default_permissions") {
-            session.unmount()
-            throw CommandFailure(status: .usage, message: "-o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
-        }
-        gate.startIdleTimer()
-        fs.followOtherWriters()
-        logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
-        status.succeed()
-        served = true
-        SystemdNotify.send("READY=1\nSTATUS=\(DesktopSession.statusLine(target, locked: !fs.isUnlocked))")
-        session.run(threads: threads)
-        SystemdNotify.send("STOPPING=1")
-        fs.stopFollowingOtherWriters()
-        // Stop serving unlocks before the last lock, so that none can bring the keys back.
-        server.stop()
-        logger.notice("control socket \(socketPath) closed")
-        gate.shutDown()
-        session.unmount()
-        logger.notice("unmounted \(target); keys wiped")
-        // A clean exit: everything written is made durable and the undo records go.
-        do { try fs.finish() } catch { logger.warning("undo journal kept: \(error)") }
-        if session.endedByFailure {
-            throw CommandFailure(status: .failure, message: "the mount of \(target) ended because its io_uring transport failed (the daemon's log says which call)")
-        }
+        try daemon.serve(ready: { status.succeed() })
     }
 }
 

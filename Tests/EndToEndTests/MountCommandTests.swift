@@ -68,16 +68,33 @@ final class MountCommandTests: EndToEndCase {
 
     /// Issue 39: a mount refused after the daemon made the vault's state directory (here:
     /// an escaped allow_other, taken down at once) leaves no directory behind in
-    /// /var/lib/coffer.
+    /// /var/lib/coffer; nor (issue 36, the daemon's lifecycle) its control socket, which
+    /// was listening by then.
     func testARefusedMountLeavesNoStateDirectory() {
         let name = "refused-\(getpid())-\(Int.random(in: 0..<1_000_000))"
         let vault = MountedVault(scratch: scratch, name: name)
         let mine = { ((try? FileManager.default.contentsOfDirectory(atPath: "/var/lib/coffer")) ?? []).filter { $0.hasPrefix(name) } }
         addTeardownBlock { for dir in mine() { try? FileManager.default.removeItem(atPath: "/var/lib/coffer/" + dir) } }
-        let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "-o", "allow\\_other", vault.cipherdir, vault.mountpoint])
+        let socket = scratch.path + "/\(name).sock"
+        let r = Harness.run([Harness.coffer, "mount", "--passfile", vault.passfile, "--socket", socket, "-o", "allow\\_other",
+                             vault.cipherdir, vault.mountpoint])
         XCTAssertEqual(r.status, 64, r.stderr)
         XCTAssertFalse(vault.isMounted)
         XCTAssertEqual(mine(), [], "a refused mount left its state directory")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: socket), "a refused mount left its control socket")
+    }
+
+    /// Issue 36: the daemon's own threads carry their names into the kernel (BackgroundThread),
+    /// so `top -H` and /proc say which is which; and they end with the daemon.
+    func testTheDaemonsThreadsAreNamed() throws {
+        let vault = MountedVault(scratch: scratch)
+        vault.mount(["--idle-lock", "1h"])
+        defer { vault.unmount() }
+        let pid = try XCTUnwrap(vault.daemonPID)
+        let names = Set(Harness.sh("cat /proc/\(pid)/task/*/comm").stdout.split(separator: "\n").map(String.init))
+        for expected in ["coffer-control", "coffer-ctl-0", "coffer-ctl-3", "coffer-events", "coffer-watch", "coffer-idle"] {
+            XCTAssertTrue(names.contains(expected), "no thread \(expected) in \(names.sorted())")
+        }
     }
 
     func testBusyUnmountIsRefusedAndKeepsServing() {

@@ -64,6 +64,10 @@ ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size);
 /// prctl(PR_SET_DUMPABLE, dumpable): prctl is variadic, which Swift cannot call.
 int clinux_set_dumpable(int dumpable);
 
+/// prctl(PR_SET_NAME, name): the calling thread's name in the kernel (at most 15 bytes
+/// are kept).
+int clinux_set_thread_name(const char *name);
+
 /// sched_setaffinity(2) of the calling thread to CPU `cpu` alone (CPU_SET is a macro).
 /// 0, or -1 with errno set (EINVAL: the CPU is offline or outside this process's set).
 int clinux_bind_thread_to_cpu(int cpu);
