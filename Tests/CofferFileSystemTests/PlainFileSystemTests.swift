@@ -269,6 +269,83 @@ final class PlainFileSystemTests: XCTestCase {
         XCTAssertNoThrow(try makeFile(String(repeating: "a", count: 255)), "255 bytes is the longest name")
     }
 
+    // MARK: A rename's header tag after its reply (issue 35, item 2)
+
+    /// The place tag in the header of node `id`'s backing file, as the disk has it.
+    func headerTag(_ id: UInt64) throws -> [UInt8] {
+        let fd = try FileDescriptor.open(fs.nodes.node(id).procPath, flags: O_RDONLY)
+        var tag = [UInt8](repeating: 0, count: PlaceMAC.tagSize)
+        let n = tag.withUnsafeMutableBytes { pread(fd.rawValue, $0.baseAddress, $0.count, off_t(FileHeader.placeTagOffset)) }
+        XCTAssertEqual(n, PlaceMAC.tagSize)
+        return tag
+    }
+
+    /// The backing file's mtime, in seconds.
+    func backingMtime(_ id: UInt64) throws -> Int { Int(try Sys.stat(fs.nodes.node(id).fd).st_mtim.tv_sec) }
+
+    func testARenamesHeaderTagIsWrittenAfterItsReplyAndBeforeTheFileIsUsed() throws {
+        fs.placeTags.hold(true)
+        let file = try makeFile("a", contents: [1, 2, 3])
+        let before = try headerTag(file)
+        try fs.rename(parent: root, name: name("a"), newParent: root, newName: name("b"), flags: 0)
+        XCTAssertEqual(try headerTag(file), before, "the header's tag waits for after the reply")
+        XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name("b")).node), [1, 2, 3])
+        let moved = try headerTag(file)
+        XCTAssertNotEqual(moved, before, "using the file writes its waiting tag first")
+        // A rename back: its tag waits in turn, and a lock writes it.
+        try fs.rename(parent: root, name: name("b"), newParent: root, newName: name("a"), flags: 0)
+        XCTAssertEqual(try headerTag(file), moved)
+        fs.lock()
+        XCTAssertEqual(try headerTag(file), before, "the lock writes every waiting tag (back at its first place)")
+    }
+
+    /// A write through a descriptor opened before the rename must not have its mtime put
+    /// back by the tag's write, which keeps the times the rename saw.
+    func testAWriteRightAfterARenameKeepsItsTime() throws {
+        fs.placeTags.hold(true)
+        let file = try makeFile("a", contents: [1, 2, 3])
+        let handle = try fs.open(file, flags: O_RDWR, caller: me)
+        defer { fs.release(handle) }
+        var old = [timespec(tv_sec: 946_684_800, tv_nsec: 0), timespec(tv_sec: 946_684_800, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, fs.nodes.node(file).procPath, &old, 0), 0)
+        try fs.rename(parent: root, name: name("a"), newParent: root, newName: name("b"), flags: 0)
+        XCTAssertEqual(try [UInt8]([9]).withUnsafeBytes { try fs.write(handle, $0, at: 0, caller: me) }, 1)
+        fs.placeTags.settleAll()
+        XCTAssertGreaterThan(try backingMtime(file), 946_684_800, "the write's mtime was put back by the rename's tag")
+        XCTAssertEqual(try contents(of: file), [9, 2, 3])
+    }
+
+    func testAFullQueueWritesTheTagBeforeTheReplyAndAFailedRenameNone() throws {
+        fs.placeTags.hold(true)
+        let count = PlaceTagWrites.limit + 8
+        let files = try (0..<count).map { try makeFile("f\($0)", contents: [UInt8(truncatingIfNeeded: $0)]) }
+        let tags = try files.map(headerTag)
+        _ = try makeFile("taken")
+        let descriptors = openDescriptors()
+        for n in 0..<count {
+            try fs.rename(parent: root, name: name("f\(n)"), newParent: root, newName: name("g\(n)"), flags: 0)
+        }
+        XCTAssertEqual(openDescriptors(), descriptors + PlaceTagWrites.limit, "one descriptor per waiting tag, no more")
+        for n in 0..<count {
+            let written = try headerTag(files[n]) != tags[n]
+            XCTAssertEqual(written, n >= PlaceTagWrites.limit, "file \(n)")
+        }
+        // A rename refused after its xattr was written: its header keeps its tag.
+        let last = try XCTUnwrap(files.last)
+        fs.placeTags.settleAll()
+        let settled = try headerTag(last)
+        assertErrno(EEXIST, try fs.rename(parent: root, name: name("g\(count - 1)"), newParent: root, newName: name("taken"),
+                                          flags: UInt32(RENAME_NOREPLACE)))
+        fs.placeTags.hold(false)
+        fs.placeTags.settleAll()
+        XCTAssertEqual(openDescriptors(), descriptors, "every descriptor closed")
+        XCTAssertEqual(try headerTag(last), settled, "a refused rename writes no tag")
+        XCTAssertTrue(zip(files, tags).allSatisfy { (try? headerTag($0)) != $1 }, "every tag written once let go")
+        for n in [0, count / 2, count - 1] {
+            XCTAssertEqual(try contents(of: try fs.lookup(parent: root, name: name("g\(n)")).node), [UInt8(truncatingIfNeeded: n)])
+        }
+    }
+
     // MARK: Modes
 
     func testNewEntriesGetTheModeTheyWereMadeWith() throws {
