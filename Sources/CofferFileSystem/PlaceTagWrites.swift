@@ -41,6 +41,9 @@ final class PlaceTagWrites: Sendable {
         /// Inodes whose writes a thread is running now, and what its end is signalled by.
         var running: [UInt64: DispatchGroup] = [:]
         var count = 0
+        /// The worker is asked to run (once for a burst of renames, not once per rename:
+        /// each wake-up of a thread costs more than the write it does).
+        var scheduled = false
     }
 
     private let state = Mutex(State())
@@ -48,7 +51,7 @@ final class PlaceTagWrites: Sendable {
     /// lock when nothing waits (the common case). A write is counted before the rename's
     /// reply, so any request the kernel sends after that reply sees it.
     private let waiting = Atomic<Int>(0)
-    private let worker = DispatchQueue(label: "coffer.place-tags")
+    private let worker = DispatchQueue(label: "coffer.place-tags", qos: .utility)
     /// While true the queue writes nothing by itself: only the settle points do (for
     /// tests: a full queue, a power cut with every tag still queued). The daemon starts
     /// held where the environment has COFFER_HOLD_PLACE_TAGS=1.
@@ -71,18 +74,44 @@ final class PlaceTagWrites: Sendable {
     /// on, closed once written. With `limit` writes waiting, it is written here and now.
     func write(_ tag: [UInt8], to fd: Int32, inode: UInt64, keeping times: [timespec]) {
         let write = Write(fd: fd, tag: tag, times: times)
-        let queued = state.withLock { state -> Bool in
-            guard state.count < Self.limit else { return false }
+        enum Queued { case no, yes, andWake }
+        let queued = state.withLock { state -> Queued in
+            guard state.count < Self.limit else { return .no }
             state.pending[inode, default: []].append(write)
             state.count += 1
-            return true
+            // Counted under the lock, so that the worker, which stops under it once it
+            // finds nothing pending, cannot miss this one.
+            waiting.add(1, ordering: .releasing)
+            if state.scheduled { return .yes }
+            state.scheduled = true
+            return .andWake
         }
-        guard queued else {
+        switch queued {
+        case .no:
             settle(inode)
-            return perform(write, inode: inode)
+            perform(write, inode: inode)
+        case .yes:
+            break
+        case .andWake:
+            worker.async { [self] in drain() }
         }
-        waiting.add(1, ordering: .releasing)
-        worker.async { [self] in if !held.load(ordering: .acquiring) { settle(inode) } }
+    }
+
+    /// The worker: writes what is pending, inode by inode, until nothing is (then the
+    /// next write wakes it again); while held, nothing.
+    private func drain() {
+        while !held.load(ordering: .acquiring) {
+            let next = state.withLock { state -> UInt64? in
+                guard let inode = state.pending.keys.first else {
+                    state.scheduled = false
+                    return nil
+                }
+                return inode
+            }
+            guard let next else { return }
+            settle(next)
+        }
+        state.withLock { $0.scheduled = false }
     }
 
     /// Runs `inode`'s pending writes here, after those another thread is running now.
