@@ -99,6 +99,18 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// keyslot remove, passwd --slot: the label names several slots (added on two
     /// machines at once); give an id.
     case slotAmbiguous = 53
+    /// --tpm2: no TPM 2.0 here (no /dev/tpmrm0, libtss2 not installed, COFFER_TPM2_TCTI
+    /// names nothing that answers), or the TPM refused to make its storage key.
+    case tpm2Unavailable = 54
+    /// unlock --tpm2: this machine's TPM2 slot is sealed to PCRs whose values changed since
+    /// (a firmware, boot loader or kernel update); unlock with a passphrase and add it again.
+    case tpm2PolicyMismatch = 55
+    /// unlock --tpm2: the vault has no TPM2 slot of this machine (none, or only other
+    /// machines').
+    case noTPM2Slot = 56
+    /// unlock --tpm2: the daemon refused the slot key (the slot was removed or
+    /// its file modified meanwhile).
+    case wrongSlotKey = 57
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -77,6 +77,7 @@ struct MountTarget: ParsableArguments {
             switch response.error {
             case ControlError.wrongPassphrase: status = .wrongPassphrase
             case ControlError.wrongRecoveryKey: status = .wrongRecoveryKey
+            case ControlError.wrongSlotKey: status = .wrongSlotKey
             case ControlError.throttled: status = .retryLater
             case ControlError.wiped: status = .vaultWiped
             case ControlError.configDamaged: status = .configDamaged
@@ -98,7 +99,7 @@ struct MountTarget: ParsableArguments {
 struct UnlockCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "unlock",
-        abstract: "Unlock a mounted vault with its passphrase or recovery key.",
+        abstract: "Unlock a mounted vault with its passphrase, its recovery key or this machine's TPM.",
         discussion: """
             The passphrase is read from --passfile or --extpass, or from the systemd \
             credential coffer.passphrase when a unit gives one; otherwise it is asked \
@@ -111,15 +112,26 @@ struct UnlockCommand: ParsableCommand {
     @Option(name: .long, help: "Unlock with the recovery key in this file instead of the passphrase.")
     var recoveryKeyFile: String?
 
+    @Flag(name: .long, help: "Unlock with this machine's TPM: every TPM2 slot of the vault sealed by this TPM is tried (coffer keyslot add --tpm2); no secret is asked.")
+    var tpm2 = false
+
     @OptionGroup var target: MountTarget
 
     func validate() throws {
         try source.validate(recoveryKeyFile: recoveryKeyFile)
+        if tpm2 && (source.isGiven || recoveryKeyFile != nil) {
+            throw ValidationError("--tpm2 asks for no secret: give it without --passfile, --extpass or --recovery-key-file")
+        }
     }
 
     func run() throws {
         try runReportingFailures {
             _ = try target.socketPath()
+            if tpm2 {
+                let response = try target.unlockWithTPM2()
+                print(response.message == ControlMessage.alreadyUnlocked ? "\(target.mountpoint) was already unlocked" : "\(target.mountpoint) unlocked with this machine's TPM")
+                return
+            }
             let kind: ControlRequest.SecretKind = recoveryKeyFile == nil ? .passphrase : .recoveryKey
             let secret = try recoveryKeyFile.map { try PassphraseReader.fromFile($0, what: "recovery key") }
                 ?? source.read()

@@ -2,16 +2,18 @@
 // CIPHERDIR itself, mounted or not: a mount reads the slots anew at every unlock.
 import ArgumentParser
 import CofferCrypto
+import CofferTPM
 import CofferVault
 import Foundation
 
 struct KeySlotCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keyslot",
-        abstract: "List, add and remove a vault's key slots (several passphrases, each with a label).",
+        abstract: "List, add and remove a vault's key slots (several passphrases, this machine's TPM).",
         discussion: """
             A vault has the passphrase and recovery slots of coffer.conf and any number of \
-            labelled passphrase slots, each in a file of its own in CIPHERDIR/coffer.slots, \
+            labelled slots (passphrases, and slot keys sealed to a machine's TPM), each in \
+            a file of its own in CIPHERDIR/coffer.slots, \
             so that two machines adding or removing slots at once never write the same file. \
             These commands work on CIPHERDIR, whether or not it is mounted: a mount tries \
             every slot at each unlock.
@@ -30,9 +32,13 @@ struct KeySlotList: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
+            let slots = vault.keySlots()
+            // This machine's TPM, asked only if a slot needs it: which tpm2 slots are its own.
+            let identity = slots.contains { $0.tpm2 != nil } ? try? TPM2().machineIdentity() : nil
             print("KIND        LABEL                 ID                                WHERE")
-            for slot in vault.keySlots() {
-                let kind = slot.usable ? slot.kind : "\(slot.kind) (unknown kind, skipped)"
+            for slot in slots {
+                let kind = !slot.usable ? "\(slot.kind) (unknown kind, skipped)"
+                    : slot.tpm2.map { "\(slot.kind) (\(TPM2Slots.note($0, identity: identity)))" } ?? slot.kind
                 print(kind.padding(toLength: max(11, kind.count), withPad: " ", startingAt: 0) + " "
                       + slot.label.padding(toLength: max(21, slot.label.count), withPad: " ", startingAt: 0) + " "
                       + (slot.id ?? "-").padding(toLength: 33, withPad: " ", startingAt: 0) + " " + slot.location)
@@ -50,13 +56,16 @@ struct KeySlotList: ParsableCommand {
 struct KeySlotAdd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add",
-        abstract: "Add a passphrase slot with a label (needs an existing passphrase or the recovery key).",
+        abstract: "Add a passphrase or TPM2 slot with a label (needs an existing passphrase or the recovery key).",
         discussion: """
             The existing way in comes from --passfile, --extpass or --recovery-key-file; the \
             new passphrase from --new-passfile or --new-extpass. Without them, both are asked \
             on the terminal, or read as the first and second lines of standard input. The slot \
             is one new file, coffer.slots/<id>.slot, written atomically and synced; nothing \
-            else in CIPHERDIR changes.
+            else in CIPHERDIR changes. With --tpm2, no new passphrase: a random slot key is \
+            sealed to this machine's TPM (the device COFFER_TPM2_TCTI names, by default \
+            /dev/tpmrm0), with --tpm2-pcrs to the current values of those PCRs too, and \
+            `coffer unlock --tpm2` opens the vault on this machine alone.
             """)
 
     @OptionGroup var secret: OfflineUnlock
@@ -70,12 +79,27 @@ struct KeySlotAdd: ParsableCommand {
     @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp("Run this command (as --extpass) and read the new slot's passphrase from its output.", valueName: "command"))
     var newExtpass: [String] = []
 
+    @Flag(name: .long, help: "Add a slot sealed to this machine's TPM instead of a passphrase slot.")
+    var tpm2 = false
+
+    @Option(name: .long, help: ArgumentHelp("With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7; the slot stops opening when one changes.", valueName: "list"))
+    var tpm2Pcrs: String?
+
     @Argument(help: "The vault's backing directory.")
     var cipherdir: String
 
     func validate() throws {
         if newPassfile != nil && !newExtpass.isEmpty {
             throw ValidationError("give --new-passfile or --new-extpass, not both")
+        }
+        if tpm2 && (newPassfile != nil || !newExtpass.isEmpty) {
+            throw ValidationError("--tpm2 adds a slot without a passphrase: give it without --new-passfile or --new-extpass")
+        }
+        if let tpm2Pcrs {
+            guard tpm2 else { throw ValidationError("--tpm2-pcrs goes with --tpm2") }
+            guard TPM2Slots.parsePCRs(tpm2Pcrs) != nil else {
+                throw ValidationError("--tpm2-pcrs takes PCR indexes 0–23 separated by commas, each once, such as 0,7")
+            }
         }
         if let problem = SlotFile.labelProblem(label) { throw ValidationError("--label: \(problem)") }
     }
@@ -84,8 +108,16 @@ struct KeySlotAdd: ParsableCommand {
         try runReportingFailures {
             let vault = try Vault.open(at: cipherdir)
             if vault.keySlots().contains(where: { $0.label == label }) { throw VaultError.slotLabelTaken(label) }
+            // The TPM is opened before any secret is asked: no TPM, nothing to ask.
+            let tpm = tpm2 ? try TPM2() : nil
             let master = try secret.masterKey(of: vault, prompt: "Existing passphrase: ")
             defer { master.wipe() }
+            if let tpm {
+                let pcrs = tpm2Pcrs.flatMap(TPM2Slots.parsePCRs) ?? []
+                let record = try TPM2Slots.add(to: vault, tpm: tpm, master: master, label: label, pcrs: pcrs)
+                print("Added TPM2 slot \"\(label)\" (id \(record.id)\(pcrs.isEmpty ? "" : ", PCRs \(pcrs.map(String.init).joined(separator: ","))")) to \(cipherdir).")
+                return
+            }
             let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
                 ?? (newExtpass.isEmpty ? nil : ExternalPassphrase.read(newExtpass))
                 ?? PassphraseReader.interactive(prompt: "New slot's passphrase: ", confirm: true)
