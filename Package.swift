@@ -28,6 +28,9 @@ let package = Package(
         // libtss2's ESAPI, loaded with dlopen at first use (its headers at build time,
         // libtss2-dev): coffer runs without libtss2 on machines that have no TPM slots.
         .target(name: "CTPM2"),
+        // libsecret (the desktop keyring), loaded with dlopen at first use: no build
+        // dependency, and only the command that asks for the keyring loads it (and GLib).
+        .target(name: "CKeyring"),
         // Layer 2: the crypto engine — bytes in, bytes out.
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
         // `coffer speed`: the engine measured against raw libsodium on the same blocks.
@@ -54,10 +57,13 @@ let package = Package(
         // Beside layer 5: a slot key sealed to this machine's TPM (TPM2 key slots). Only
         // the command imports it; the vault and the daemon never load libtss2.
         .target(name: "CofferTPM", dependencies: ["CTPM2", "CofferCrypto"]),
+        // Beside layer 5: a slot key kept in the desktop keyring (keyring key slots); as
+        // CofferTPM, imported by the command alone.
+        .target(name: "CofferKeyring", dependencies: ["CKeyring", "CofferCrypto"]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
             "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate", "CofferBus",
-            "CofferTPM", "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
+            "CofferTPM", "CofferKeyring", "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
         // Helpers the unit tests share (a temporary directory).
         .target(name: "TestSupport", dependencies: ["CofferCrypto", "CofferSystem"], path: "Tests/TestSupport"),

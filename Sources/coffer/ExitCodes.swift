@@ -108,9 +108,15 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// unlock --tpm2: the vault has no TPM2 slot of this machine (none, or only other
     /// machines').
     case noTPM2Slot = 56
-    /// unlock --tpm2: the daemon refused the slot key (the slot was removed or
+    /// unlock --tpm2, --keyring: the daemon refused the slot key (the slot was removed or
     /// its file modified meanwhile).
     case wrongSlotKey = 57
+    /// --keyring: no desktop keyring to use (no session bus, no Secret Service on it, no
+    /// default collection, libsecret not installed), it is locked, or it refused the item.
+    case keyringUnavailable = 58
+    /// unlock --keyring: no keyring slot of the vault has its key in this user's keyring
+    /// (none added, removed, or the keyring item deleted).
+    case noKeyringSlot = 59
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

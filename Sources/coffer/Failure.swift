@@ -2,6 +2,7 @@
 import ArgumentParser
 import CofferCrypto
 import CofferGate
+import CofferKeyring
 import CofferSystem
 import CofferTPM
 import CofferVault
@@ -46,6 +47,8 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         case .notThisTPM: return (.noTPM2Slot, "TPM2: \(error)")
         case .unavailable, .failed: return (.tpm2Unavailable, "TPM2: \(error)")
         }
+    case let error as KeyringError:
+        return (error == .notFound ? .noKeyringSlot : .keyringUnavailable, "\(error)")
     case let error as CryptoError:
         if case .malformed(let what) = error, what.hasPrefix("recovery key") {
             return (.wrongRecoveryKey, error.description)

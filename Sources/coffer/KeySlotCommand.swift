@@ -9,10 +9,11 @@ import Foundation
 struct KeySlotCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keyslot",
-        abstract: "List, add and remove a vault's key slots (several passphrases, this machine's TPM).",
+        abstract: "List, add and remove a vault's key slots (several passphrases, this machine's TPM, your keyring).",
         discussion: """
             A vault has the passphrase and recovery slots of coffer.conf and any number of \
-            labelled slots (passphrases, and slot keys sealed to a machine's TPM), each in \
+            labelled slots (passphrases, slot keys sealed to a machine's TPM or kept in a \
+            desktop keyring), each in \
             a file of its own in CIPHERDIR/coffer.slots, \
             so that two machines adding or removing slots at once never write the same file. \
             These commands work on CIPHERDIR, whether or not it is mounted: a mount tries \
@@ -56,7 +57,7 @@ struct KeySlotList: ParsableCommand {
 struct KeySlotAdd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add",
-        abstract: "Add a passphrase or TPM2 slot with a label (needs an existing passphrase or the recovery key).",
+        abstract: "Add a passphrase, TPM2 or keyring slot with a label (needs an existing passphrase or the recovery key).",
         discussion: """
             The existing way in comes from --passfile, --extpass or --recovery-key-file; the \
             new passphrase from --new-passfile or --new-extpass. Without them, both are asked \
@@ -65,7 +66,10 @@ struct KeySlotAdd: ParsableCommand {
             else in CIPHERDIR changes. With --tpm2, no new passphrase: a random slot key is \
             sealed to this machine's TPM (the device COFFER_TPM2_TCTI names, by default \
             /dev/tpmrm0), with --tpm2-pcrs to the current values of those PCRs too, and \
-            `coffer unlock --tpm2` opens the vault on this machine alone.
+            `coffer unlock --tpm2` opens the vault on this machine alone. With --keyring, a \
+            random slot key goes into your desktop keyring (never the passphrase), and \
+            `coffer unlock --keyring` opens the vault while the keyring is unlocked; removing \
+            the slot clears the item too.
             """)
 
     @OptionGroup var secret: OfflineUnlock
@@ -82,6 +86,9 @@ struct KeySlotAdd: ParsableCommand {
     @Flag(name: .long, help: "Add a slot sealed to this machine's TPM instead of a passphrase slot.")
     var tpm2 = false
 
+    @Flag(name: .long, help: "Add a slot whose random key your desktop keyring keeps (the Secret Service's default collection) instead of a passphrase slot.")
+    var keyring = false
+
     @Option(name: .long, help: ArgumentHelp("With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7; the slot stops opening when one changes.", valueName: "list"))
     var tpm2Pcrs: String?
 
@@ -92,8 +99,9 @@ struct KeySlotAdd: ParsableCommand {
         if newPassfile != nil && !newExtpass.isEmpty {
             throw ValidationError("give --new-passfile or --new-extpass, not both")
         }
-        if tpm2 && (newPassfile != nil || !newExtpass.isEmpty) {
-            throw ValidationError("--tpm2 adds a slot without a passphrase: give it without --new-passfile or --new-extpass")
+        if tpm2 && keyring { throw ValidationError("give --tpm2 or --keyring, not both") }
+        if (tpm2 || keyring) && (newPassfile != nil || !newExtpass.isEmpty) {
+            throw ValidationError("--\(tpm2 ? "tpm2" : "keyring") adds a slot without a passphrase: give it without --new-passfile or --new-extpass")
         }
         if let tpm2Pcrs {
             guard tpm2 else { throw ValidationError("--tpm2-pcrs goes with --tpm2") }
@@ -116,6 +124,11 @@ struct KeySlotAdd: ParsableCommand {
                 let pcrs = tpm2Pcrs.flatMap(TPM2Slots.parsePCRs) ?? []
                 let record = try TPM2Slots.add(to: vault, tpm: tpm, master: master, label: label, pcrs: pcrs)
                 print("Added TPM2 slot \"\(label)\" (id \(record.id)\(pcrs.isEmpty ? "" : ", PCRs \(pcrs.map(String.init).joined(separator: ","))")) to \(cipherdir).")
+                return
+            }
+            if keyring {
+                let record = try KeyringSlots.add(to: vault, master: master, label: label)
+                print("Added keyring slot \"\(label)\" (id \(record.id)) to \(cipherdir); its key is in your desktop keyring.")
                 return
             }
             let new = try newPassfile.map { try PassphraseReader.fromFile($0) }
@@ -155,7 +168,9 @@ struct KeySlotRemove: ParsableCommand {
             guard try vault.leavesAWayIn(removing: slot) else { throw VaultError.lastWayIn("slot \"\(slot)\"") }
             let master = try secret.masterKey(of: vault, prompt: "Passphrase: ")
             master.wipe()
+            let removed = try vault.slotFile(slot)
             let report = try vault.removeSlot(slot)
+            if let removed, removed.kind == SlotFile.keyringKind { KeyringSlots.clearItem(of: removed, in: vault) }
             for entry in report.leftAlone + report.notDestroyed {
                 FileHandleStandardError.write("coffer: keyslot remove: \(cipherdir)/\(entry)\n")
             }

@@ -223,7 +223,7 @@ struct MountCommand: ParsableCommand {
         if unlockTpm2 {
             let gate = try MountTarget.parse((socket.map { ["--socket", $0] } ?? []) + [target])
             do {
-                _ = try gate.unlockWithTPM2()
+                _ = try gate.unlock(withSlotKeyFrom: TPM2Slots.withSlotKey)
             } catch {
                 let (status, message) = classify(error)
                 throw CommandFailure(status: status, message: "\(target) is mounted but stays locked: \(message)")

@@ -2,7 +2,6 @@
 // them (`unlock --tpm2`, `mount --unlock-tpm2`): the TPM unseals a slot's random slot key,
 // which goes to the daemon (or opens the vault offline); the master key never leaves it.
 import CofferCrypto
-import CofferGate
 import CofferTPM
 import CofferVault
 import Foundation
@@ -69,21 +68,5 @@ enum TPM2Slots {
             throw CommandFailure(status: .tpm2PolicyMismatch, message: "the PCRs that TPM2 slot \(changedPCRs.joined(separator: ", ")) is sealed to have changed since it was added (a firmware, boot loader or kernel update?); unlock with a passphrase, then remove the slot and add it again with coffer keyslot add --tpm2")
         }
         throw CommandFailure(status: .noTPM2Slot, message: "\(vault.path) has no TPM2 slot of this machine (its \(slots.count) TPM2 slot\(slots.count == 1 ? " is" : "s are") another machine's)")
-    }
-}
-
-extension MountTarget {
-    /// Unlocks the mount with this machine's TPM2 slot: the vault's slot files are read
-    /// from its CIPHERDIR (the daemon's status names it), the TPM unseals the slot key,
-    /// and the key goes to the daemon with the slot's id.
-    func unlockWithTPM2() throws -> ControlResponse {
-        guard let status = try send(ControlRequest(op: .status)).status else {
-            throw CommandFailure(status: .failure, message: "the daemon sent no status")
-        }
-        if status.state == "unlocked" { return .success(ControlMessage.alreadyUnlocked, status: status) }
-        let vault = try Vault.open(at: status.vault)
-        return try TPM2Slots.withSlotKey(of: vault) { slot, slotKey in
-            try send(ControlRequest(op: .unlock, secret: .slotKey, secretLength: slotKey.count, slot: slot.id), secret: slotKey)
-        }
     }
 }
