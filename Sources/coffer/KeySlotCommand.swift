@@ -13,8 +13,7 @@ struct KeySlotCommand: ParsableCommand {
         discussion: """
             A vault has the passphrase and recovery slots of coffer.conf and any number of \
             labelled slots (passphrases, slot keys sealed to a machine's TPM or kept in a \
-            desktop keyring), each in \
-            a file of its own in CIPHERDIR/coffer.slots, \
+            desktop keyring), each in a file of its own in CIPHERDIR/coffer.slots, \
             so that two machines adding or removing slots at once never write the same file. \
             These commands work on CIPHERDIR, whether or not it is mounted: a mount tries \
             every slot at each unlock.
@@ -150,7 +149,9 @@ struct KeySlotRemove: ParsableCommand {
             config is rewritten atomically); any other label or id removes a slot file and the \
             copies a sync engine kept of it, each overwritten with random bytes, synced and \
             removed, as wipe does. Removing the vault's last usable slot is refused with exit \
-            status 50. The secret that proves the way in may be the removed slot's own.
+            status 50. The secret that proves the way in may be the removed slot's own. \
+            Removing a keyring slot also deletes its item from your desktop keyring (if the \
+            keyring cannot be reached, the slot is removed and the item left is named).
             """)
 
     @OptionGroup var secret: OfflineUnlock

@@ -235,12 +235,18 @@ final class SlotFileTests: XCTestCase {
         }
     }
 
-    func testKeyedRecordsOfTheWrongShapeAreSkipped() throws {
+    /// A new vault with one tpm2 slot "tpm" (made-up blobs), its master key and slot key.
+    func vaultWithTPM2Slot() throws -> (Vault, MasterKey, SecureBytes, SlotFile) {
         let (vault, _) = try makeVault()
         let master = try vault.unlock(passphrase: secret(passphrase))
         let key = SecureBytes.random(count: SlotFile.slotKeySize)
         let record = try vault.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "tpm", master: master,
                                             slotKey: key, tpm2: binding())
+        return (vault, master, key, record)
+    }
+
+    func testKeyedRecordsOfTheWrongShapeAreSkipped() throws {
+        let (vault, _, _, record) = try vaultWithTPM2Slot()
         let edits: [(String, (inout SlotFile) -> Void, String)] = [
             ("no tpm2 object", { $0.tpm2 = nil }, "without its tpm2 object"),
             ("a KDF", { $0.kdf = vault.config.kdf }, "with a KDF"),
@@ -297,11 +303,7 @@ final class SlotFileTests: XCTestCase {
     }
 
     func testADeviceSlotIsAWayInAndNeverTheLastRemoved() throws {
-        let (vault, _) = try makeVault()
-        let master = try vault.unlock(passphrase: secret(passphrase))
-        let key = SecureBytes.random(count: SlotFile.slotKeySize)
-        let tpm = try vault.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "tpm", master: master,
-                                         slotKey: key, tpm2: binding())
+        let (vault, master, key, tpm) = try vaultWithTPM2Slot()
         try vault.removeSlot(VaultConfig.passphraseSlot)
         try vault.removeSlot(VaultConfig.recoverySlot)
         XCTAssertThrowsError(try vault.removeSlot("tpm")) { XCTAssertEqual($0 as? VaultError, .lastWayIn("slot \"tpm\"")) }
