@@ -81,7 +81,9 @@ let package = Package(
         ]),
         .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
-        .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
+        // The TPM layer against swtpm (a software TPM on loopback, started by each test).
+        .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "TestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["coffer", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

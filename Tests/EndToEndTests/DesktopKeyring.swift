@@ -34,7 +34,10 @@ final class DesktopKeyring {
             </busconfig>
             """.utf8))
         busDaemon = Harness.start(["dbus-daemon", "--config-file=" + config, "--nofork", "--nopidfile"])
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: directory + "/bus") { usleep(10_000) }
+        for _ in 0..<200 {
+            if FileManager.default.fileExists(atPath: directory + "/bus") { break }
+            usleep(10_000)
+        }
 
         let keyring = Process()
         keyring.executableURL = URL(fileURLWithPath: "/usr/bin/gnome-keyring-daemon")
@@ -54,7 +57,10 @@ final class DesktopKeyring {
         keyringDaemon = keyring
         password.fileHandleForWriting.write(Data("the login password".utf8))
         try? password.fileHandleForWriting.close()
-        for _ in 0..<300 where defaultCollection() == nil { usleep(10_000) }
+        for _ in 0..<300 {
+            if defaultCollection() != nil { break }
+            usleep(10_000)
+        }
         XCTAssertEqual(defaultCollection(), "/org/freedesktop/secrets/collection/login", "the keyring did not come up")
     }
 

@@ -5,9 +5,17 @@
 // the last way in kept, and wipe destroying the slot files. The daemon never loads libtss2.
 import Foundation
 import Glibc
+import TestSupport
 import XCTest
 
 final class TPM2SlotTests: EndToEndCase {
+    /// A software TPM (another machine's for each `name`), ended by this test's teardown.
+    func softwareTPM(_ name: String) throws -> SoftwareTPM {
+        let tpm = try SoftwareTPM(stateDirectory: scratch.path + "/" + name)
+        addTeardownBlock { tpm.stop() }
+        return tpm
+    }
+
     func coffer(_ arguments: [String], tpm: SoftwareTPM) -> Outcome {
         Harness.run([Harness.coffer] + arguments, environment: tpm.environment)
     }
@@ -22,8 +30,8 @@ final class TPM2SlotTests: EndToEndCase {
         return status.contains("\"state\" : \"unlocked\"") ? "unlocked" : status.contains("\"state\" : \"locked\"") ? "locked" : status
     }
 
-    func testATPM2SlotUnlocksAndAChangedPCRHasItsOwnStatus() {
-        let tpm = SoftwareTPM(stateDirectory: scratch.path + "/tpm", stoppedBy: self)
+    func testATPM2SlotUnlocksAndAChangedPCRHasItsOwnStatus() throws {
+        let tpm = try softwareTPM("tpm")
         let vault = MountedVault(scratch: scratch)
         vault.mount()
         assertOK(vault.sh("echo 'sealed to this machine' > f"), "write")
@@ -61,7 +69,7 @@ final class TPM2SlotTests: EndToEndCase {
 
         // A PCR the slot is sealed to changes (as a boot-loader update would): its own status,
         // one line that says what to do, and the passphrase still opens.
-        assertOK(Harness.run(["tpm2_pcrextend", "7:sha256=" + String(repeating: "ab", count: 32)], environment: tpm.environment), "extend PCR 7")
+        try tpm.extendPCR(7)
         let changed = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: tpm)
         XCTAssertEqual(changed.status, 55, changed.stderr)
         XCTAssertEqual(changed.stderr.split(separator: "\n").count, 1, changed.stderr)
@@ -79,8 +87,7 @@ final class TPM2SlotTests: EndToEndCase {
     }
 
     func testASlotOfAnotherMachineIsListedAsSuchAndPassedOverQuietly() throws {
-        let laptop = SoftwareTPM(stateDirectory: scratch.path + "/laptop.tpm", stoppedBy: self)
-        let desktop = SoftwareTPM(stateDirectory: scratch.path + "/desktop.tpm", stoppedBy: self)
+        let laptop = try softwareTPM("laptop.tpm"), desktop = try softwareTPM("desktop.tpm")
         let vault = MountedVault(scratch: scratch)
         assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "laptop", "--passfile", vault.passfile, vault.cipherdir], tpm: laptop), "add on the laptop")
 
@@ -122,12 +129,12 @@ final class TPM2SlotTests: EndToEndCase {
         vault.unmount()
     }
 
-    func testNoTPMTheLastWayInAndWipe() {
-        let tpm = SoftwareTPM(stateDirectory: scratch.path + "/tpm", stoppedBy: self)
+    func testNoTPMTheLastWayInAndWipe() throws {
+        let tpm = try softwareTPM("tpm")
         let vault = MountedVault(scratch: scratch)
         let cipher = vault.cipherdir
         // No TPM answers: refused before any secret is asked (a passfile that is not there).
-        let gone = SoftwareTPM(stateDirectory: scratch.path + "/gone.tpm", stoppedBy: self)
+        let gone = try softwareTPM("gone.tpm")
         gone.stop()
         let noTPM = coffer(["keyslot", "add", "--tpm2", "--label", "x", "--passfile", scratch.path + "/missing", cipher], tpm: gone)
         XCTAssertEqual(noTPM.status, 54, noTPM.stderr)
