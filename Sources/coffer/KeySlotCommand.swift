@@ -56,9 +56,10 @@ struct KeySlotList: ParsableCommand {
 struct KeySlotAdd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add",
-        abstract: "Add a passphrase, TPM2 or keyring slot with a label (needs an existing passphrase or the recovery key).",
+        abstract: "Add a passphrase, TPM2 or keyring slot with a label (needs an existing way in).",
         discussion: """
-            The existing way in comes from --passfile, --extpass or --recovery-key-file; the \
+            The existing way in comes from --passfile, --extpass, --recovery-key-file, \
+            --with-tpm2 or --with-keyring; the \
             new passphrase from --new-passfile or --new-extpass. Without them, both are asked \
             on the terminal, or read as the first and second lines of standard input. The slot \
             is one new file, coffer.slots/<id>.slot, written atomically and synced; nothing \

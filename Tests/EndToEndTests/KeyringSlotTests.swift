@@ -39,6 +39,7 @@ final class KeyringSlotTests: EndToEndCase {
             XCTFail("no daemon pid")
         }
         assertOK(coffer(["lock", vault.mountpoint]), "lock")
+        assertOK(coffer(["fsck", "--with-keyring", vault.cipherdir]), "fsck opened with the keyring")
 
         // Removed: the item is gone and unlock --keyring has nothing to open.
         assertOK(coffer(["keyslot", "remove", "--slot", "session", "--passfile", vault.passfile, vault.cipherdir]), "remove")

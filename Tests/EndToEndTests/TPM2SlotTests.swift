@@ -147,6 +147,13 @@ final class TPM2SlotTests: EndToEndCase {
                  "remove the passphrase: the TPM2 slot is a way in")
         let last = coffer(["keyslot", "remove", "--slot", "tpm", "--passfile", vault.passfile, cipher], tpm: tpm)
         XCTAssertEqual(last.status, 50, last.stderr)
+        // With no passphrase left, the TPM proves the way in: a passphrase slot is added, used, removed.
+        XCTAssertEqual(coffer(["fsck", "--passfile", vault.passfile, cipher], tpm: tpm).status, 22)
+        let words = scratch.file("words.pass", "words added with the TPM\n")
+        assertOK(coffer(["keyslot", "add", "--with-tpm2", "--label", "words", "--new-passfile", words, cipher], tpm: tpm), "add --with-tpm2")
+        assertOK(coffer(["fsck", "--passfile", words, cipher], tpm: tpm), "fsck with the new passphrase")
+        assertOK(coffer(["keyslot", "remove", "--with-tpm2", "--slot", "words", cipher], tpm: tpm), "remove --with-tpm2")
+        XCTAssertEqual(coffer(["fsck", "--with-tpm2", "--passfile", words, cipher], tpm: tpm).status, 64, "one way in at a time")
         assertOK(mountLocked(vault, ["--unlock-tpm2"], tpm: tpm), "the TPM2 slot alone opens")
         XCTAssertEqual(state(vault), "unlocked")
 
