@@ -1,6 +1,7 @@
 // Vault+Slots reads, adds and removes the key slots kept as files in coffer.slots, unlocks
-// with a keyed slot's slot key, and re-wraps a passphrase slot (passwd --slot). Adding writes one new file; removing destroys the
-// slot's files; neither rewrites coffer.conf unless a slot kept there is removed.
+// with a keyed slot's slot key, and re-wraps a passphrase slot (passwd --slot). Adding
+// writes one new file; removing destroys the slot's files; neither rewrites coffer.conf
+// unless a slot kept there is removed.
 import CofferCrypto
 import CofferSystem
 import Foundation
