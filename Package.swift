@@ -83,6 +83,8 @@ let package = Package(
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         // The TPM layer against swtpm (a software TPM on loopback, started by each test).
         .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "TestSupport"]),
+        // The keyring layer against gnome-keyring-daemon on a private session bus.
+        .testTarget(name: "CofferKeyringTests", dependencies: ["CofferKeyring", "CofferCrypto", "TestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["coffer", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -4,11 +4,13 @@
 // locked or gone, each with its status. The daemon never loads libsecret.
 import Foundation
 import Glibc
+import TestSupport
 import XCTest
 
 final class KeyringSlotTests: EndToEndCase {
     func testAKeyringSlotUnlocksAndItsRemovalClearsTheItem() throws {
-        let desktop = DesktopKeyring(directory: scratch.path + "/desktop", stoppedBy: self)
+        let desktop = try DesktopKeyring(directory: scratch.path + "/desktop")
+        addTeardownBlock { desktop.stop() }
         func coffer(_ arguments: [String]) -> Outcome { Harness.run([Harness.coffer] + arguments, environment: desktop.environment) }
         let vault = MountedVault(scratch: scratch)
         vault.mount()
@@ -57,7 +59,7 @@ final class KeyringSlotTests: EndToEndCase {
 
         // A locked keyring, then none at all: status 58, one line that says which.
         assertOK(coffer(["keyslot", "add", "--keyring", "--label", "third", "--passfile", vault.passfile, vault.cipherdir]), "add a third")
-        assertOK(desktop.lockCollection(), "lock the keyring")
+        XCTAssertEqual(desktop.lockCollection(), 0, "lock the keyring")
         let locked = coffer(["unlock", "--keyring", vault.mountpoint])
         XCTAssertEqual(locked.status, 58, locked.stderr)
         XCTAssertTrue(locked.stderr.contains("keyring is locked"), locked.stderr)
