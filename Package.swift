@@ -25,6 +25,12 @@ let package = Package(
                        providers: [.apt(["libsystemd-dev"])]),
         // The Linux calls and constants behind _GNU_SOURCE, compiled against the real headers.
         .target(name: "CLinux"),
+        // libtss2's ESAPI, loaded with dlopen at first use (its headers at build time,
+        // libtss2-dev): coffer runs without libtss2 on machines that have no TPM slots.
+        .target(name: "CTPM2"),
+        // libsecret (the desktop keyring), loaded with dlopen at first use: no build
+        // dependency, and only the command that asks for the keyring loads it (and GLib).
+        .target(name: "CKeyring"),
         // Layer 2: the crypto engine — bytes in, bytes out.
         .target(name: "CofferCrypto", dependencies: ["CSodium"]),
         // `coffer speed`: the engine measured against raw libsodium on the same blocks.
@@ -48,10 +54,16 @@ let package = Package(
         // logind's screen lock and suspend on the system bus. The gate never imports it;
         // the command wires the two together.
         .target(name: "CofferBus", dependencies: ["CSystemd", "CofferSystem", logging]),
+        // Beside layer 5: a slot key sealed to this machine's TPM (TPM2 key slots). Only
+        // the command imports it; the vault and the daemon never load libtss2.
+        .target(name: "CofferTPM", dependencies: ["CTPM2", "CofferCrypto"]),
+        // Beside layer 5: a slot key kept in the desktop keyring (keyring key slots); as
+        // CofferTPM, imported by the command alone.
+        .target(name: "CofferKeyring", dependencies: ["CKeyring", "CofferCrypto"]),
         // Layer 6: the command line.
         .executableTarget(name: "coffer", dependencies: [
             "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate", "CofferBus",
-            "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
+            "CofferTPM", "CofferKeyring", "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
         // Helpers the unit tests share (a temporary directory).
         .target(name: "TestSupport", dependencies: ["CofferCrypto", "CofferSystem"], path: "Tests/TestSupport"),
@@ -69,7 +81,11 @@ let package = Package(
         ]),
         .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
-        .testTarget(name: "EndToEndTests", dependencies: ["coffer"]),
+        // The TPM layer against swtpm (a software TPM on loopback, started by each test).
+        .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "TestSupport"]),
+        // The keyring layer against gnome-keyring-daemon on a private session bus.
+        .testTarget(name: "CofferKeyringTests", dependencies: ["CofferKeyring", "CofferCrypto", "TestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["coffer", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

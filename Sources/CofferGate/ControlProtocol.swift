@@ -44,9 +44,10 @@ public struct ControlRequest: Codable, Equatable {
         case status, unlock, lock, subscribe
     }
 
-    /// Which secret follows an unlock request.
+    /// Which secret follows an unlock request: a passphrase, the recovery key, or the
+    /// 32-byte slot key of the keyed slot (tpm2, keyring) that `slot` names.
     public enum SecretKind: String, Codable {
-        case passphrase, recoveryKey
+        case passphrase, recoveryKey, slotKey
     }
 
     public var version: Int
@@ -54,6 +55,8 @@ public struct ControlRequest: Codable, Equatable {
     public var secret: SecretKind?
     /// Number of raw secret bytes that follow this frame (unlock only).
     public var secretLength: Int?
+    /// unlock with a slotKey: the id of the key slot it opens.
+    public var slot: String?
     /// lock: "command" (the default) or "wipe", for the events' `reason`.
     public var reason: String?
     /// lock: announce it and wait the mount's grace (`--lock-grace`) first.
@@ -61,12 +64,13 @@ public struct ControlRequest: Codable, Equatable {
     /// subscribe: this subscriber may delay an announced lock until it says `done`.
     public var delays: Bool?
 
-    public init(op: Operation, secret: SecretKind? = nil, secretLength: Int? = nil, reason: String? = nil,
-                grace: Bool? = nil, delays: Bool? = nil) {
+    public init(op: Operation, secret: SecretKind? = nil, secretLength: Int? = nil, slot: String? = nil,
+                reason: String? = nil, grace: Bool? = nil, delays: Bool? = nil) {
         version = ControlProtocol.version
         self.op = op.rawValue
         self.secret = secret
         self.secretLength = secretLength
+        self.slot = slot
         self.reason = reason
         self.grace = grace
         self.delays = delays
@@ -160,6 +164,7 @@ public enum ControlError {
     public static let permissionDenied = "permission-denied"
     public static let wrongPassphrase = "wrong-passphrase"
     public static let wrongRecoveryKey = "wrong-recovery-key"
+    public static let wrongSlotKey = "wrong-slot-key"
     public static let throttled = "retry-later"
     public static let wiped = "vault-wiped"
     public static let configDamaged = "config-damaged"

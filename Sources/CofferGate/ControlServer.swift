@@ -4,6 +4,7 @@
 // oversized, truncated or unknown request with an error instead of failing.
 import CofferCrypto
 import CofferSystem
+import CofferVault
 import Foundation
 import Glibc
 import Logging
@@ -295,10 +296,13 @@ public final class ControlServer: Sendable {
                   length > 0, length <= ControlProtocol.maxSecret else {
                 return reply(fd, .failure(ControlError.malformed, "unlock needs a secret kind and a length of 1…\(ControlProtocol.maxSecret) bytes"))
             }
+            if kind == .slotKey, !(request.slot.map(SlotFile.isID) ?? false) {
+                return reply(fd, .failure(ControlError.malformed, "unlock with a slot key needs the slot's id (32 lowercase hex digits)"))
+            }
             guard let secret = Frames.readSecret(fd, length: length, by: deadline) else {
                 return reply(fd, .failure(ControlError.timeout, "the secret was truncated or did not arrive in time"))
             }
-            reply(fd, gate.unlock(secret: secret, kind: kind, peer: peer.uid))
+            reply(fd, gate.unlock(secret: secret, kind: kind, slot: request.slot, peer: peer.uid))
             secret.wipe()
         case nil:
             reply(fd, .failure(ControlError.unknownOperation, "unknown operation \"\(request.op.prefix(40))\""))

@@ -74,8 +74,9 @@ public final class Gate: Sendable {
     // MARK: Unlock
 
     /// Unwraps the master key with `secret` and opens the view. The vault's config is
-    /// read anew each time (a passwd or a wipe may have changed it).
-    public func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, peer: uid_t) -> ControlResponse {
+    /// read anew each time (a passwd or a wipe may have changed it), and so are the slot
+    /// files. A slot key opens the keyed slot whose id is `slot`.
+    public func unlock(secret: SecureBytes, kind: ControlRequest.SecretKind, slot: String? = nil, peer: uid_t) -> ControlResponse {
         inTurn {
             if let refusal = state.withLock({ refusal($0) }) { return refusal }
             do {
@@ -84,20 +85,22 @@ public final class Gate: Sendable {
                 switch kind {
                 case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)
                 case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
+                case .slotKey: master = try vault.unlock(slotKey: secret, slot: slot ?? "")
                 }
                 fs.unlock(master)
-                logger.notice("unlocked (uid \(peer), \(kind == .passphrase ? "passphrase" : "recovery key"))")
+                logger.notice("unlocked (uid \(peer), \(Self.described(kind, slot: slot)))")
                 events?.publish(Event(.unlocked))
                 return state.withLock { state in
                     state.throttle.recordSuccess()
                     state.since = Date()
                     return .success("unlocked", status: status(state))
                 }
-            } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
+            } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey || error == .wrongSlotKey {
                 let (failures, retryAfter) = recordFailure()
-                logger.warning("unlock refused: \(error) (uid \(peer), failed attempt \(failures))")
-                return .failure(error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey,
-                                error.description, retryAfter: retryAfter)
+                logger.warning("unlock refused: \(error) (uid \(peer), \(Self.described(kind, slot: slot)), failed attempt \(failures))")
+                let code = error == .wrongPassphrase ? ControlError.wrongPassphrase
+                    : error == .wrongRecoveryKey ? ControlError.wrongRecoveryKey : ControlError.wrongSlotKey
+                return .failure(code, error.description, retryAfter: retryAfter)
             } catch CryptoError.malformed(let what) where kind == .recoveryKey {
                 let (failures, retryAfter) = recordFailure()
                 logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(failures))")
@@ -113,6 +116,16 @@ public final class Gate: Sendable {
                 logger.error("unlock failed: \(error)")
                 return .failure(ControlError.failed, "\(error)")
             }
+        }
+    }
+
+    /// The secret's kind for the log (never the secret): "passphrase", "recovery key",
+    /// "slot key of slot <id>".
+    private static func described(_ kind: ControlRequest.SecretKind, slot: String?) -> String {
+        switch kind {
+        case .passphrase: return "passphrase"
+        case .recoveryKey: return "recovery key"
+        case .slotKey: return "slot key of slot \(slot ?? "?")"
         }
     }
 

@@ -1,6 +1,7 @@
-// Vault+Slots reads, adds and removes the key slots kept as files in coffer.slots, and
-// re-wraps one of them (passwd --slot). Adding writes one new file; removing destroys the
-// slot's files; neither rewrites coffer.conf unless a slot kept there is removed.
+// Vault+Slots reads, adds and removes the key slots kept as files in coffer.slots, unlocks
+// with a keyed slot's slot key, and re-wraps a passphrase slot (passwd --slot). Adding
+// writes one new file; removing destroys the slot's files; neither rewrites coffer.conf
+// unless a slot kept there is removed.
 import CofferCrypto
 import CofferSystem
 import Foundation
@@ -19,6 +20,8 @@ public struct KeySlotSummary: Sendable {
     public let created: String?
     /// Whether this build can use it to unlock (a known kind).
     public let usable: Bool
+    /// A tpm2 slot's binding (its machine, its PCRs).
+    public let tpm2: SlotFile.TPM2Binding?
 }
 
 extension Vault {
@@ -58,13 +61,13 @@ extension Vault {
     public func keySlots() -> [KeySlotSummary] {
         let builtIn = config.slots.map {
             KeySlotSummary(kind: $0.kind, label: $0.kind, id: nil, location: VaultConfig.fileName, created: nil,
-                           usable: SlotFile.builtInLabels.contains($0.kind))
+                           usable: SlotFile.builtInLabels.contains($0.kind), tpm2: nil)
         }
         let files = slotEntries().compactMap { entry -> KeySlotSummary? in
             guard case .success(let record) = entry.record else { return nil }
             return KeySlotSummary(kind: record.kind, label: record.label, id: record.id,
                                   location: SlotFile.directory + "/" + entry.name, created: record.created,
-                                  usable: record.kind == VaultConfig.passphraseSlot)
+                                  usable: SlotFile.knownKinds.contains(record.kind), tpm2: record.tpm2)
         }
         return builtIn + files
     }
@@ -81,6 +84,74 @@ extension Vault {
         return nil
     }
 
+    /// The keyed slots (tpm2, keyring) of `kind`, one record per id (a sync engine's
+    /// conflict copy of a slot is the same slot), in name order.
+    public func keyedSlots(kind: String) -> [SlotFile] {
+        var seen = Set<String>()
+        return slotEntries().compactMap { entry in
+            guard case .success(let record) = entry.record, record.kind == kind, seen.insert(record.id).inserted else { return nil }
+            return record
+        }
+    }
+
+    /// Unwraps the master key with the slot key of the keyed slot `id` (tpm2 or keyring),
+    /// which its device gave; throws `wrongSlotKey` if no slot of that id opens with it.
+    public func unlock(slotKey: SecureBytes, slot id: String) throws -> MasterKey {
+        guard slotKey.count == SlotFile.slotKeySize else { throw VaultError.wrongSlotKey }
+        let config = self.config
+        for entry in slotEntries() {
+            guard case .success(let record) = entry.record, record.id == id, SlotFile.keyedKinds.contains(record.kind),
+                  let master = record.unwrap(with: slotKey, config: config) else { continue }
+            return master
+        }
+        throw VaultError.wrongSlotKey
+    }
+
+    /// A new slot's id: 16 random bytes in lowercase hex.
+    public static func newSlotID() -> String {
+        Sodium.randomArray(count: 16).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Refuses a label a new slot cannot have: malformed, or taken by a slot of this vault.
+    public func checkNewLabel(_ label: String) throws {
+        if let problem = SlotFile.labelProblem(label) { throw VaultError.invalidSlotLabel(problem) }
+        guard !keySlots().contains(where: { $0.label == label }) else { throw VaultError.slotLabelTaken(label) }
+    }
+
+    /// Writes `record` as a new file coffer.slots/<id>.slot, atomically, synced with its
+    /// directory (made if missing).
+    private func writeNewSlot(_ record: SlotFile) throws {
+        let dir = try Vault.openSlotDirectory(in: root.rawValue, create: true)
+        try AtomicFile.write(record.serialized(), to: SlotFile.fileName(id: record.id), in: dir.rawValue, mode: 0o400)
+    }
+
+    /// Adds a keyed slot (`kind` tpm2 with its `tpm2` binding, or keyring) with the id
+    /// `id` (from `newSlotID`; the device may already know it) that wraps `master` under
+    /// `slotKey`, the random key its device keeps. One new file; nothing else is written.
+    @discardableResult
+    public func addKeyedSlot(kind: String, id: String, label: String, master: MasterKey, slotKey: SecureBytes,
+                             tpm2: SlotFile.TPM2Binding? = nil) throws -> SlotFile {
+        try checkNewLabel(label)
+        let record = try SlotFile.keyed(kind: kind, id: id, label: label, created: Vault.now(), tpm2: tpm2,
+                                        master: master, slotKey: slotKey, config: config)
+        try writeNewSlot(record)
+        return record
+    }
+
+    /// The slot file `selector` (a label or an id) names, or nil for a slot of coffer.conf.
+    public func slotFile(_ selector: String) throws -> SlotFile? {
+        guard case .file(let id) = try target(of: selector) else { return nil }
+        return records(id: id).first
+    }
+
+    /// The records of coffer.slots with `id` (a slot and a sync engine's copies of it).
+    private func records(id: String) -> [SlotFile] {
+        slotEntries().compactMap { entry -> SlotFile? in
+            guard case .success(let record) = entry.record, record.id == id else { return nil }
+            return record
+        }
+    }
+
     /// Adds a passphrase slot labelled `label` that wraps `master` (which the caller got
     /// from an existing way in): a new file coffer.slots/<random id>.slot, written
     /// atomically and synced with its directory. Its Argon2id salt is its own; its costs
@@ -88,19 +159,16 @@ extension Vault {
     @discardableResult
     public func addPassphraseSlot(master: MasterKey, passphrase: SecureBytes, label: String,
                                   derive: KeyDerivation = Vault.deriveInProcess) throws -> SlotFile {
-        if let problem = SlotFile.labelProblem(label) { throw VaultError.invalidSlotLabel(problem) }
-        guard !keySlots().contains(where: { $0.label == label }) else { throw VaultError.slotLabelTaken(label) }
+        try checkNewLabel(label)
         let config = self.config
         let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)
         let kdf = VaultConfig.KDF(algorithm: PassphraseKDF.algorithmName, opsLimit: config.kdf.opsLimit,
                                   memLimit: config.kdf.memLimit, salt: Base64URL.encode(salt))
         let kek = try derive(passphrase, salt, kdf.parameters)
         defer { kek.wipe() }
-        let id = Sodium.randomArray(count: 16).map { String(format: "%02x", $0) }.joined()
-        let record = try SlotFile.passphrase(id: id, label: label, created: Vault.now(), kdf: kdf, master: master,
-                                             kek: kek, config: config)
-        let dir = try Vault.openSlotDirectory(in: root.rawValue, create: true)
-        try AtomicFile.write(record.serialized(), to: SlotFile.fileName(id: id), in: dir.rawValue, mode: 0o400)
+        let record = try SlotFile.passphrase(id: Vault.newSlotID(), label: label, created: Vault.now(), kdf: kdf,
+                                             master: master, kek: kek, config: config)
+        try writeNewSlot(record)
         return record
     }
 
@@ -181,11 +249,7 @@ extension Vault {
             guard kind == VaultConfig.passphraseSlot else { throw VaultError.slotNotFound(selector) }
             return try changePassphrase(master: master, newPassphrase: newPassphrase)
         case .file(let id):
-            let records = slotEntries().compactMap { entry -> SlotFile? in
-                guard case .success(let record) = entry.record, record.id == id else { return nil }
-                return record
-            }
-            guard let old = records.first, old.kind == VaultConfig.passphraseSlot, let oldKDF = old.kdf else {
+            guard let old = records(id: id).first, old.kind == VaultConfig.passphraseSlot, let oldKDF = old.kdf else {
                 throw VaultError.slotNotFound(selector)
             }
             let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)

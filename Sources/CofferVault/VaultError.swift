@@ -28,6 +28,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case wrongPassphrase
     /// The recovery key does not open the recovery key slot.
     case wrongRecoveryKey
+    /// The slot key does not open the tpm2 or keyring slot of that id (or there is none).
+    case wrongSlotKey
     /// The config has no key slot of this kind.
     case missingKeySlot(kind: String)
     /// Another daemon serves this vault already (VaultClaim).
@@ -97,6 +99,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
             return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
         case .wrongPassphrase: return "wrong passphrase"
         case .wrongRecoveryKey: return "wrong recovery key"
+        case .wrongSlotKey: return "the slot key does not open that key slot (removed, or its file was modified)"
         case .missingKeySlot(let kind): return "the vault config has no \(kind) key slot (removed? coffer keyslot list shows the vault's slots)"
         case .directoryNotEmpty(let path): return "\(path) is not empty"
         case .notADirectory(let path): return "\(path) is not a directory"

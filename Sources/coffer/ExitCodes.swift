@@ -99,6 +99,27 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// keyslot remove, passwd --slot: the label names several slots (added on two
     /// machines at once); give an id.
     case slotAmbiguous = 53
+    /// --tpm2, --with-tpm2: no TPM 2.0 here (no /dev/tpmrm0, libtss2 not installed,
+    /// COFFER_TPM2_TCTI names nothing that answers), or the TPM refused to make its
+    /// storage key.
+    case tpm2Unavailable = 54
+    /// unlock --tpm2, --with-tpm2: this machine's TPM2 slot is sealed to PCRs whose values
+    /// changed since (a firmware, boot loader or kernel update); unlock with a passphrase
+    /// and add it again.
+    case tpm2PolicyMismatch = 55
+    /// unlock --tpm2, --with-tpm2: the vault has no TPM2 slot of this machine (none, or
+    /// only other machines').
+    case noTPM2Slot = 56
+    /// unlock --tpm2, --keyring, --with-tpm2, --with-keyring: the slot key was refused
+    /// (the slot was removed or its file modified meanwhile).
+    case wrongSlotKey = 57
+    /// --keyring, --with-keyring: no desktop keyring to use (no session bus, no Secret
+    /// Service on it, no default collection, libsecret not installed), it is locked, or it
+    /// refused the item.
+    case keyringUnavailable = 58
+    /// unlock --keyring, --with-keyring: no keyring slot of the vault has its key in this
+    /// user's keyring (none added, removed, or the keyring item deleted).
+    case noKeyringSlot = 59
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -2,7 +2,9 @@
 import ArgumentParser
 import CofferCrypto
 import CofferGate
+import CofferKeyring
 import CofferSystem
+import CofferTPM
 import CofferVault
 import Glibc
 
@@ -30,6 +32,7 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         case .cipherUnavailable: status = .cipherUnavailable
         case .wrongPassphrase: status = .wrongPassphrase
         case .wrongRecoveryKey: status = .wrongRecoveryKey
+        case .wrongSlotKey: status = .wrongSlotKey
         case .lastWayIn: status = .lastWayIn
         case .slotNotFound: status = .slotNotFound
         case .slotLabelTaken: status = .slotLabelTaken
@@ -38,6 +41,14 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         default: status = .failure
         }
         return (status, error.description)
+    case let error as TPM2Error:
+        switch error {
+        case .policyMismatch: return (.tpm2PolicyMismatch, "TPM2: \(error)")
+        case .notThisTPM: return (.noTPM2Slot, "TPM2: \(error)")
+        case .unavailable, .failed: return (.tpm2Unavailable, "TPM2: \(error)")
+        }
+    case let error as KeyringError:
+        return (error == .notFound ? .noKeyringSlot : .keyringUnavailable, "\(error)")
     case let error as CryptoError:
         if case .malformed(let what) = error, what.hasPrefix("recovery key") {
             return (.wrongRecoveryKey, error.description)

@@ -77,6 +77,7 @@ struct MountTarget: ParsableArguments {
             switch response.error {
             case ControlError.wrongPassphrase: status = .wrongPassphrase
             case ControlError.wrongRecoveryKey: status = .wrongRecoveryKey
+            case ControlError.wrongSlotKey: status = .wrongSlotKey
             case ControlError.throttled: status = .retryLater
             case ControlError.wiped: status = .vaultWiped
             case ControlError.configDamaged: status = .configDamaged
@@ -95,10 +96,29 @@ struct MountTarget: ParsableArguments {
     }
 }
 
+extension MountTarget {
+    /// How a device offers the slot keys of a vault's keyed slots: `TPM2Slots.withSlotKey`,
+    /// `KeyringSlots.withSlotKey`.
+    typealias SlotKeySource = (Vault, (SlotFile, SecureBytes) throws -> ControlResponse) throws -> ControlResponse
+
+    /// Unlocks the mount with a keyed slot's slot key that `device` gives: the vault's slot
+    /// files are read from its CIPHERDIR (the daemon's status names it), and the key goes
+    /// to the daemon with the slot's id; the daemon unwraps the slot itself.
+    func unlock(withSlotKeyFrom device: SlotKeySource) throws -> ControlResponse {
+        guard let status = try send(ControlRequest(op: .status)).status else {
+            throw CommandFailure(status: .failure, message: "the daemon sent no status")
+        }
+        if status.state == "unlocked" { return .success(ControlMessage.alreadyUnlocked, status: status) }
+        return try device(try Vault.open(at: status.vault)) { slot, slotKey in
+            try send(ControlRequest(op: .unlock, secret: .slotKey, secretLength: slotKey.count, slot: slot.id), secret: slotKey)
+        }
+    }
+}
+
 struct UnlockCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "unlock",
-        abstract: "Unlock a mounted vault with its passphrase or recovery key.",
+        abstract: "Unlock a mounted vault with its passphrase, its recovery key, this machine's TPM or your keyring.",
         discussion: """
             The passphrase is read from --passfile or --extpass, or from the systemd \
             credential coffer.passphrase when a unit gives one; otherwise it is asked \
@@ -111,15 +131,31 @@ struct UnlockCommand: ParsableCommand {
     @Option(name: .long, help: "Unlock with the recovery key in this file instead of the passphrase.")
     var recoveryKeyFile: String?
 
+    @Flag(name: .long, help: "Unlock with this machine's TPM: every TPM2 slot of the vault sealed by this TPM is tried (coffer keyslot add --tpm2); no secret is asked.")
+    var tpm2 = false
+
+    @Flag(name: .long, help: "Unlock with a slot key kept in your desktop keyring (coffer keyslot add --keyring); no secret is asked.")
+    var keyring = false
+
     @OptionGroup var target: MountTarget
 
     func validate() throws {
         try source.validate(recoveryKeyFile: recoveryKeyFile)
+        if tpm2 && keyring { throw ValidationError("give --tpm2 or --keyring, not both") }
+        if (tpm2 || keyring) && (source.isGiven || recoveryKeyFile != nil) {
+            throw ValidationError("--\(tpm2 ? "tpm2" : "keyring") asks for no secret: give it without --passfile, --extpass or --recovery-key-file")
+        }
     }
 
     func run() throws {
         try runReportingFailures {
             _ = try target.socketPath()
+            if tpm2 || keyring {
+                let response = try target.unlock(withSlotKeyFrom: tpm2 ? TPM2Slots.withSlotKey : KeyringSlots.withSlotKey)
+                print(response.message == ControlMessage.alreadyUnlocked ? "\(target.mountpoint) was already unlocked"
+                      : "\(target.mountpoint) unlocked with \(tpm2 ? "this machine's TPM" : "your desktop keyring")")
+                return
+            }
             let kind: ControlRequest.SecretKind = recoveryKeyFile == nil ? .passphrase : .recoveryKey
             let secret = try recoveryKeyFile.map { try PassphraseReader.fromFile($0, what: "recovery key") }
                 ?? source.read()

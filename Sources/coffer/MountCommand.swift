@@ -39,6 +39,9 @@ struct MountCommand: ParsableCommand {
     @Flag(name: .long, help: "Serve in this process instead of starting a daemon.")
     var foreground = false
 
+    @Flag(name: .long, help: "Once mounted, unlock with this machine's TPM (as coffer unlock --tpm2); if that fails, the mount stays up, locked, and the exit status says why.")
+    var unlockTpm2 = false
+
     @Option(name: .customShort("o"), help: ArgumentHelp("Extra FUSE mount option (repeatable).", valueName: "option"))
     var fuseOptions: [String] = []
 
@@ -98,6 +101,12 @@ struct MountCommand: ParsableCommand {
 
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
+        if unlockTpm2 && foreground {
+            throw ValidationError("--unlock-tpm2 is done by the command that starts the daemon, not with --foreground: run coffer unlock --tpm2 once the mount is up")
+        }
+        if unlockTpm2 && source.isGiven {
+            throw ValidationError("--unlock-tpm2 asks for no passphrase: give it without --passfile or --extpass")
+        }
         if let watchLimit, watchLimit < 0 { throw ValidationError("--watch-limit must be 0 or more") }
         if let idleLock, parseDuration(idleLock) == nil {
             throw ValidationError("--idle-lock takes a duration such as 90s, 15m or 1h")
@@ -178,7 +187,8 @@ struct MountCommand: ParsableCommand {
         try Vault.open(at: vaultPath).checkCipherAvailable()
         let target = try MountPoint.checkUsable(mountpoint)
         try Self.checkTransport(transport)
-        let passphrase = try givenPassphrase()
+        // With --unlock-tpm2 the TPM unlocks, after the mount: no passphrase is read.
+        let passphrase = unlockTpm2 ? nil : try givenPassphrase()
         defer { passphrase?.wipe() }
 
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
@@ -209,6 +219,15 @@ struct MountCommand: ParsableCommand {
         let (code, message) = daemon.waitForStatus()
         guard code == 0 else {
             throw CommandFailure(status: ExitStatus(rawValue: code) ?? .failure, message: message)
+        }
+        if unlockTpm2 {
+            let gate = try MountTarget.parse((socket.map { ["--socket", $0] } ?? []) + [target])
+            do {
+                _ = try gate.unlock(withSlotKeyFrom: TPM2Slots.withSlotKey)
+            } catch {
+                let (status, message) = classify(error)
+                throw CommandFailure(status: status, message: "\(target) is mounted but stays locked: \(message)")
+            }
         }
     }
 

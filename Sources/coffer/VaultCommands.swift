@@ -14,12 +14,26 @@ struct OfflineUnlock: ParsableArguments {
     @Option(name: .long, help: "Use the recovery key in this file instead of the passphrase (forgotten passphrase).")
     var recoveryKeyFile: String?
 
+    @Flag(name: .long, help: "Open the vault with this machine's TPM (one of its TPM2 slots) instead of a passphrase.")
+    var withTpm2 = false
+
+    @Flag(name: .long, help: "Open the vault with a slot key in your desktop keyring (one of its keyring slots) instead of a passphrase.")
+    var withKeyring = false
+
     func validate() throws {
         try source.validate(recoveryKeyFile: recoveryKeyFile)
+        if [source.isGiven, recoveryKeyFile != nil, withTpm2, withKeyring].filter({ $0 }).count > 1 {
+            throw ValidationError("prove the way in one way: --passfile, --extpass, --recovery-key-file, --with-tpm2 or --with-keyring")
+        }
     }
 
-    /// Unwraps the master key with the recovery key (if given), --passfile or --extpass, or a prompt.
+    /// Unwraps the master key with this machine's TPM or the keyring (if asked), the
+    /// recovery key (if given), --passfile or --extpass, or a prompt.
     func masterKey(of vault: Vault, prompt: String) throws -> MasterKey {
+        if withTpm2 || withKeyring {
+            let open: (SlotFile, SecureBytes) throws -> MasterKey = { slot, slotKey in try vault.unlock(slotKey: slotKey, slot: slot.id) }
+            return try withTpm2 ? TPM2Slots.withSlotKey(of: vault, open) : KeyringSlots.withSlotKey(of: vault, open)
+        }
         if let recoveryKeyFile {
             let text = try PassphraseReader.fromFile(recoveryKeyFile, what: "recovery key")
             defer { text.wipe() }

@@ -3,6 +3,7 @@
 // requests, a second server on a live socket, and stop.
 import CofferCrypto
 @testable import CofferGate
+import CofferVault
 import Foundation
 import Glibc
 import XCTest
@@ -74,6 +75,32 @@ final class ControlServerTests: XCTestCase {
         XCTAssertTrue(locked.ok)
         XCTAssertEqual(locked.status?.state, "locked")
         XCTAssertFalse(fixture.fs.isUnlocked)
+    }
+
+    /// A keyed slot's slot key (what a TPM unseals) opens the view over the socket with
+    /// the slot's id; a wrong one is answered wrong-slot-key and charged to the throttle;
+    /// a slot key without an id is malformed, and nothing of it is echoed.
+    func testASlotKeyUnlocksItsSlotOverTheSocket() throws {
+        let vault = try Vault.open(at: fixture.path)
+        let master = try vault.unlock(passphrase: GateFixture.secret(fixture.passphrase))
+        let slotKey = SecureBytes.random(count: SlotFile.slotKeySize)
+        let slot = try vault.addKeyedSlot(kind: SlotFile.keyringKind, id: Vault.newSlotID(), label: "keyring", master: master,
+                                          slotKey: slotKey)
+        func send(_ key: SecureBytes, slot id: String?) throws -> ControlResponse {
+            try ControlClient.send(ControlRequest(op: .unlock, secret: .slotKey, secretLength: key.count, slot: id),
+                                   secret: key, to: socketPath, timeout: 30)
+        }
+        XCTAssertEqual(try send(slotKey, slot: nil).error, ControlError.malformed, "a slot key needs its slot's id")
+        XCTAssertEqual(try send(slotKey, slot: "not-an-id").error, ControlError.malformed)
+        let wrong = try send(SecureBytes.random(count: SlotFile.slotKeySize), slot: slot.id)
+        XCTAssertEqual(wrong.error, ControlError.wrongSlotKey)
+        XCTAssertGreaterThan(wrong.retryAfter ?? 0, 0.5, "a wrong slot key is charged like a wrong passphrase")
+        XCTAssertFalse(fixture.fs.isUnlocked)
+        Thread.sleep(forTimeInterval: 1.1)
+        let unlocked = try send(slotKey, slot: slot.id)
+        XCTAssertTrue(unlocked.ok, "\(unlocked)")
+        XCTAssertTrue(fixture.fs.isUnlocked)
+        XCTAssertEqual(fixture.derivations.value, 0, "a slot key runs no Argon2id")
     }
 
     func testBadRequestsGetAnErrorAndTheServerGoesOn() throws {

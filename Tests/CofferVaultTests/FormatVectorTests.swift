@@ -27,6 +27,27 @@ final class FormatVectorTests: XCTestCase {
         return config
     }
 
+    /// The TPM2 binding of the tpm2 slot vector: public blob 01 … 10, private blob
+    /// 21 … 30 (opaque stand-ins for a TPM's), PCRs 0 and 7, machine 000b ‖ 40 … 5f.
+    static let vectorBinding = SlotFile.TPM2Binding(publicBlob: Base64URL.encode(bytes(from: 0x01, count: 16)),
+                                                    privateBlob: Base64URL.encode(bytes(from: 0x21, count: 16)), pcrs: [0, 7],
+                                                    machine: "000b" + hex(bytes(from: 0x40, count: 32)))
+
+    static func slotKey(from first: UInt8) -> SecureBytes {
+        let key = SecureBytes(count: 32)
+        key.withUnsafeMutableBytes { $0.copyBytes(from: bytes(from: first, count: 32)) }
+        return key
+    }
+
+    /// The keyed slot vector of `kind`: tpm2 (id ff ee … 00, label "laptop TPM") or
+    /// keyring (id 01 23 … ef twice, label "keyring"), created 2026-11-26T00:00:00Z.
+    static func keyedVectorSlot(kind: String, master: MasterKey, slotKey: SecureBytes, nonce: [UInt8]? = nil) throws -> SlotFile {
+        let tpm2 = kind == SlotFile.tpm2Kind
+        return try SlotFile.keyed(kind: kind, id: tpm2 ? "ffeeddccbbaa99887766554433221100" : "0123456789abcdef0123456789abcdef",
+                                  label: tpm2 ? "laptop TPM" : "keyring", created: "2026-11-26T00:00:00Z",
+                                  tpm2: tpm2 ? vectorBinding : nil, master: master, slotKey: slotKey, config: vectorConfig(), nonce: nonce)
+    }
+
     /// Every vector, computed by the code from the fixed inputs the spec lists.
     static func computed() throws -> [(String, String)] {
         let master = master()
@@ -154,6 +175,14 @@ final class FormatVectorTests: XCTestCase {
         out.append(("slot_file_ad", hex(slotFile.associatedData(config: config))))
         out.append(("slot_file_kek", hex(slotKEK.withUnsafeBytes { Array($0) })))
         out.append(("slot_file_wrapped", slotFile.wrappedKey))
+        // Keyed slot files (§13) of that config: a tpm2 slot with slot key c0 … df and a
+        // keyring slot with slot key e0 … ff (the keys a TPM and a keyring would keep).
+        for (kind, key, nonce) in [(SlotFile.tpm2Kind, UInt8(0xc0), UInt8(0x38)), (SlotFile.keyringKind, 0xe0, 0x50)] {
+            let record = try keyedVectorSlot(kind: kind, master: master, slotKey: slotKey(from: key), nonce: bytes(from: nonce, count: 24))
+            out.append(("slot_\(kind)_key", hex(bytes(from: key, count: 32))))
+            out.append(("slot_\(kind)_ad", hex(record.associatedData(config: config))))
+            out.append(("slot_\(kind)_wrapped", record.wrappedKey))
+        }
 
         // The undo-journal record of content block 3 (§11): header, old slot, zeros.
         var record = UndoJournal.Record(fileID: fileID, block: 3, oldLength: 100, newNonce: bytes(from: 0x70, count: 24), sealed: block)
@@ -229,6 +258,37 @@ final class FormatVectorTests: XCTestCase {
         XCTAssertEqual(Self.hex(master.secret.withUnsafeBytes { Array($0) }), documented["master_key"])
         record.label = "desktop"
         XCTAssertNil(record.unwrap(with: kek, config: config))
+    }
+
+    /// The documented keyed slot files (§13), read as records with the documented fields,
+    /// open to the master key with their slot keys, and to nothing once a bound field changes.
+    func testDocumentedKeyedSlotFilesOpen() throws {
+        let documented = try Self.documented()
+        let config = Self.vectorConfig()
+        let binding = Self.vectorBinding
+        let records = [
+            (SlotFile.tpm2Kind, """
+                {"slot": 1, "id": "ffeeddccbbaa99887766554433221100", "kind": "tpm2", "label": "laptop TPM",
+                 "created": "2026-11-26T00:00:00Z", "wrappedKey": "\(try XCTUnwrap(documented["slot_tpm2_wrapped"]))",
+                 "tpm2": {"public": "\(binding.publicBlob)", "private": "\(binding.privateBlob)", "pcrs": [0, 7],
+                          "pcrBank": "sha256", "machine": "\(binding.machine)"}}
+                """),
+            (SlotFile.keyringKind, """
+                {"slot": 1, "id": "0123456789abcdef0123456789abcdef", "kind": "keyring", "label": "keyring",
+                 "created": "2026-11-26T00:00:00Z", "wrappedKey": "\(try XCTUnwrap(documented["slot_keyring_wrapped"]))"}
+                """),
+        ]
+        for (kind, json) in records {
+            var record = try SlotFile.parse(Array(json.utf8))
+            let key = SecureBytes(count: 32)
+            let documentedKey = try XCTUnwrap(documented["slot_\(kind)_key"])
+            key.withUnsafeMutableBytes { $0.copyBytes(from: stride(from: 0, to: 64, by: 2).map { UInt8(documentedKey.dropFirst($0).prefix(2), radix: 16)! }) }
+            let master = try XCTUnwrap(record.unwrap(with: key, config: config), kind)
+            XCTAssertEqual(Self.hex(master.secret.withUnsafeBytes { Array($0) }), documented["master_key"], kind)
+            XCTAssertEqual(Self.hex(record.associatedData(config: config)), documented["slot_\(kind)_ad"], kind)
+            if kind == SlotFile.tpm2Kind { record.tpm2?.pcrs = [7] } else { record.label = "another keyring" }
+            XCTAssertNil(record.unwrap(with: key, config: config), kind)
+        }
     }
 
     /// Format 6's drops: the documented public key is subkey 8's; the documented dropped

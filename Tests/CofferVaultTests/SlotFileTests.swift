@@ -187,6 +187,130 @@ final class SlotFileTests: XCTestCase {
 
     /// passwd of a labelled slot re-wraps it under a new salt in its own file, and
     /// destroys the copies a sync engine kept of it (which open with the old passphrase).
+    /// A TPM2 binding as a TPM would give it, with made-up blobs (opaque to the vault).
+    func binding(machine: String = "000b" + String(repeating: "11", count: 32), pcrs: [Int] = [0, 7]) -> SlotFile.TPM2Binding {
+        SlotFile.TPM2Binding(publicBlob: Base64URL.encode(Array(repeating: 0x50, count: 78)),
+                             privateBlob: Base64URL.encode(Array(repeating: 0x70, count: 158)), pcrs: pcrs, machine: machine)
+    }
+
+    func testAKeyedSlotOpensWithItsSlotKeyAndIsBoundToItsDeviceFields() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let tpmKey = SecureBytes.random(count: SlotFile.slotKeySize), keyringKey = SecureBytes.random(count: SlotFile.slotKeySize)
+        let tpm = try vault.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "this laptop's TPM",
+                                         master: master, slotKey: tpmKey, tpm2: binding())
+        let keyring = try vault.addKeyedSlot(kind: SlotFile.keyringKind, id: Vault.newSlotID(), label: "keyring",
+                                             master: master, slotKey: keyringKey)
+        let reopened = try Vault.open(at: dir.path)
+        XCTAssertEqual(reopened.keyedSlots(kind: SlotFile.tpm2Kind), [tpm])
+        XCTAssertEqual(reopened.keyedSlots(kind: SlotFile.keyringKind), [keyring])
+        XCTAssertEqual(reopened.keySlots().filter(\.usable).count, 4, "tpm2 and keyring slots are known kinds")
+        XCTAssertEqual(contentKey(try reopened.unlock(slotKey: tpmKey, slot: tpm.id)), contentKey(master))
+        XCTAssertEqual(contentKey(try reopened.unlock(slotKey: keyringKey, slot: keyring.id)), contentKey(master))
+        // A slot key opens its own slot only; a short key is refused, not a crash.
+        for (key, id, what) in [(keyringKey, tpm.id, "another slot's key"), (tpmKey, keyring.id, "the TPM key for the keyring"),
+                                (secret("short"), tpm.id, "a short key"), (tpmKey, String(repeating: "0", count: 32), "no such slot")] {
+            XCTAssertThrowsError(try reopened.unlock(slotKey: key, slot: id), what) { XCTAssertEqual($0 as? VaultError, .wrongSlotKey) }
+        }
+        // A passphrase never opens a keyed slot: it is tried on passphrase slots alone.
+        XCTAssertThrowsError(try reopened.unlock(passphrase: secret("anything"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
+
+        // Every device field is bound by the AD: an edited one makes the slot open nothing.
+        let name = SlotFile.fileName(id: tpm.id)
+        let original = try Sys.readFile(SlotFile.directory + "/" + name, in: dir.fd)
+        let edits: [(String, (inout SlotFile) -> Void)] = [
+            ("machine", { $0.tpm2?.machine = "000b" + String(repeating: "22", count: 32) }),
+            ("pcrs", { $0.tpm2?.pcrs = [7] }),
+            ("public", { $0.tpm2?.publicBlob = Base64URL.encode(Array(repeating: 0x51, count: 78)) }),
+            ("private", { $0.tpm2?.privateBlob = Base64URL.encode(Array(repeating: 0x71, count: 158)) }),
+            ("kind", { $0.kind = SlotFile.keyringKind }),
+            ("label", { $0.label = "another TPM" }),
+        ]
+        for (what, edit) in edits {
+            var edited = try SlotFile.parse(original)
+            edit(&edited)
+            chmod(slotsPath + "/" + name, 0o600)
+            try Data(edited.serialized()).write(to: URL(fileURLWithPath: slotsPath + "/" + name))
+            XCTAssertThrowsError(try reopened.unlock(slotKey: tpmKey, slot: tpm.id), what) { XCTAssertEqual($0 as? VaultError, .wrongSlotKey) }
+        }
+    }
+
+    /// A new vault with one tpm2 slot "tpm" (made-up blobs), its master key and slot key.
+    func vaultWithTPM2Slot() throws -> (Vault, MasterKey, SecureBytes, SlotFile) {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let key = SecureBytes.random(count: SlotFile.slotKeySize)
+        let record = try vault.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "tpm", master: master,
+                                            slotKey: key, tpm2: binding())
+        return (vault, master, key, record)
+    }
+
+    func testKeyedRecordsOfTheWrongShapeAreSkipped() throws {
+        let (vault, _, _, record) = try vaultWithTPM2Slot()
+        let edits: [(String, (inout SlotFile) -> Void, String)] = [
+            ("no tpm2 object", { $0.tpm2 = nil }, "without its tpm2 object"),
+            ("a KDF", { $0.kdf = vault.config.kdf }, "with a KDF"),
+            ("PCR 24", { $0.tpm2?.pcrs = [0, 24] }, "pcrs are indexes"),
+            ("PCRs out of order", { $0.tpm2?.pcrs = [7, 0] }, "pcrs are indexes"),
+            ("sha1 bank", { $0.tpm2?.pcrBank = "sha1" }, "bank"),
+            ("machine in capitals", { $0.tpm2?.machine = "000B" + String(repeating: "AA", count: 32) }, "machine"),
+            ("an empty blob", { $0.tpm2?.privateBlob = "" }, "public and private"),
+        ]
+        for (what, edit, problem) in edits {
+            var edited = record
+            edit(&edited)
+            XCTAssertThrowsError(try SlotFile.parse(edited.serialized()), what) {
+                XCTAssertTrue("\($0)".contains(problem), "\(what): \($0)")
+            }
+        }
+        XCTAssertEqual(try SlotFile.parse(record.serialized()), record)
+    }
+
+    func testTwoMachinesAddingDeviceSlotsMergeWithoutConflict() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let machineB = TempDirectory()
+        XCTAssertEqual(Harnessless.copyTree(dir.path, to: machineB.path), 0)
+        let onB = try Vault.open(at: machineB.path)
+        // At the same time: each machine seals a slot key to its own TPM and keeps one in its keyring.
+        let keys = (0..<4).map { _ in SecureBytes.random(count: SlotFile.slotKeySize) }
+        let tpmA = try vault.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "A's TPM", master: master,
+                                          slotKey: keys[0], tpm2: binding(machine: "000b" + String(repeating: "aa", count: 32)))
+        let keyringA = try vault.addKeyedSlot(kind: SlotFile.keyringKind, id: Vault.newSlotID(), label: "A's keyring",
+                                              master: master, slotKey: keys[1])
+        let tpmB = try onB.addKeyedSlot(kind: SlotFile.tpm2Kind, id: Vault.newSlotID(), label: "B's TPM", master: master,
+                                        slotKey: keys[2], tpm2: binding(machine: "000b" + String(repeating: "bb", count: 32)))
+        let keyringB = try onB.addKeyedSlot(kind: SlotFile.keyringKind, id: Vault.newSlotID(), label: "B's keyring",
+                                            master: master, slotKey: keys[3])
+        // The sync, both ways: each side's new files arrive beside the other's; no name is on both sides.
+        for (from, to) in [(machineB.path, dir.path), (dir.path, machineB.path)] {
+            for name in try FileManager.default.contentsOfDirectory(atPath: from + "/" + SlotFile.directory) {
+                let target = to + "/" + SlotFile.directory + "/" + name
+                if FileManager.default.fileExists(atPath: target) { continue }
+                try FileManager.default.copyItem(atPath: from + "/" + SlotFile.directory + "/" + name, toPath: target)
+            }
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: machineB.path + "/" + SlotFile.directory).sorted(),
+                       try slotFileNames())
+        XCTAssertEqual(try slotFileNames().count, 4, "four files, none written by both machines")
+        for path in [dir.path, machineB.path] {
+            let merged = try Vault.open(at: path)
+            XCTAssertEqual(merged.keyedSlots(kind: SlotFile.tpm2Kind).map(\.id).sorted(), [tpmA.id, tpmB.id].sorted())
+            for (key, slot) in zip(keys, [tpmA, keyringA, tpmB, keyringB]) {
+                XCTAssertEqual(contentKey(try merged.unlock(slotKey: key, slot: slot.id)), contentKey(master), slot.label)
+            }
+        }
+    }
+
+    func testADeviceSlotIsAWayInAndNeverTheLastRemoved() throws {
+        let (vault, master, key, tpm) = try vaultWithTPM2Slot()
+        try vault.removeSlot(VaultConfig.passphraseSlot)
+        try vault.removeSlot(VaultConfig.recoverySlot)
+        XCTAssertThrowsError(try vault.removeSlot("tpm")) { XCTAssertEqual($0 as? VaultError, .lastWayIn("slot \"tpm\"")) }
+        XCTAssertEqual(try vault.slotFile("tpm"), tpm)
+        XCTAssertEqual(contentKey(try vault.unlock(slotKey: key, slot: tpm.id)), contentKey(master))
+    }
+
     func testPasswdOfOneSlotReplacesItAndItsCopies() throws {
         let (vault, _) = try makeVault()
         let master = try vault.unlock(passphrase: secret(passphrase))
@@ -224,7 +348,7 @@ final class SlotFileTests: XCTestCase {
         try Data("{\"not\": \"a slot\"}".utf8).write(to: URL(fileURLWithPath: slotsPath + "/junk.slot"))
         try Data(repeating: 0x41, count: SlotFile.sizeLimit + 1).write(to: URL(fileURLWithPath: slotsPath + "/huge.slot"))
         var future = try SlotFile.parse(try Sys.readFile(SlotFile.directory + "/" + SlotFile.fileName(id: record.id), in: dir.fd))
-        future.kind = "tpm2"
+        future.kind = "fido2"  // a kind this build does not know (tpm2 and keyring it does)
         future.label = "future"
         future.id = String(repeating: "0f", count: 16)
         try Data(future.serialized()).write(to: URL(fileURLWithPath: slotsPath + "/future.slot"))

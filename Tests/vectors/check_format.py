@@ -283,6 +283,18 @@ def slot_file_ad(canonical: bytes, slot_id: str, kind: str, label: str, algorith
             + str_field(salt_text))
 
 
+def keyed_slot_file_ad(canonical: bytes, slot_id: str, kind: str, label: str, tpm2=None) -> bytes:
+    """§13 AD of a keyed slot (tpm2, keyring): as a passphrase slot's, without a KDF
+    (str "" ‖ u64 0 ‖ u64 0 ‖ str ""); a tpm2 slot appends str public ‖ str private
+    ‖ str pcrs (decimal, comma-separated) ‖ str pcrBank ‖ str machine."""
+    ad = slot_file_ad(canonical, slot_id, kind, label, "", 0, 0, "")
+    if kind == "tpm2":
+        ad += (str_field(tpm2["public"]) + str_field(tpm2["private"])
+               + str_field(",".join(str(p) for p in tpm2["pcrs"])) + str_field(tpm2["pcrBank"])
+               + str_field(tpm2["machine"]))
+    return ad
+
+
 def slot_file_open(kek: bytes, wrapped: str, ad: bytes):
     """§13 wrappedKey = base64url(nonce(24) ‖ AEAD_seal(KEK, nonce, master key, AD)); None if it does not open."""
     raw = b64url_decode(wrapped)
@@ -717,6 +729,23 @@ def main() -> int:
                               MEM_LIMIT, b64url(slot_salt))
     check("roundtrip:slot_file_refused_with_another_label",
           repr(slot_file_open(kek_s, vectors["slot_file_wrapped"], relabelled)), repr(None))
+
+    # §13 keyed slot files of that config: the slot key (which a TPM or a keyring keeps)
+    # is the AEAD key itself
+    tpm2 = {"public": b64url(seq(0x01, 0x10)), "private": b64url(seq(0x21, 0x30)), "pcrs": [0, 7],
+            "pcrBank": "sha256", "machine": "000b" + seq(0x40, 0x5f).hex()}
+    keyed = [("tpm2", "ffeeddccbbaa99887766554433221100", "laptop TPM", seq(0xc0, 0xdf), seq(0x38, 0x4f), tpm2),
+             ("keyring", "0123456789abcdef0123456789abcdef", "keyring", seq(0xe0, 0xff), seq(0x50, 0x67), None)]
+    for kind, keyed_id, label, slot_key, nonce, binding in keyed:
+        check(f"slot_{kind}_key", slot_key.hex())
+        ad = keyed_slot_file_ad(canonical, keyed_id, kind, label, binding)
+        check(f"slot_{kind}_ad", ad.hex())
+        check(f"slot_{kind}_wrapped", b64url(nonce + aead_seal(slot_key, nonce, MASTER_KEY, ad)))
+        opened = slot_file_open(slot_key, vectors[f"slot_{kind}_wrapped"], ad)
+        check(f"roundtrip:slot_{kind}_opens", repr(opened and opened.hex()), repr(MASTER_KEY.hex()))
+    moved = keyed_slot_file_ad(canonical, keyed[0][1], "tpm2", "laptop TPM", dict(tpm2, pcrs=[7]))
+    check("roundtrip:slot_tpm2_refused_with_other_pcrs",
+          repr(slot_file_open(keyed[0][3], vectors["slot_tpm2_wrapped"], moved)), repr(None))
 
     # §11 undo-journal record of content block 3: header, old slot, zeros to 4208 bytes
     old_slot = content_block(keys[SUBKEY_CONTENT], FILE_ID, BLOCK_INDEX, BLOCK_NONCE, BLOCK_PLAINTEXT)
