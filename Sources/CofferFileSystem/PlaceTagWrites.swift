@@ -1,5 +1,5 @@
-// PlaceTagWrites writes a renamed or linked file's new place tag into its header after
-// the rename (or link) has been answered (docs/FORMAT.md §4; issue 35). The place xattr,
+// PlaceTagWrites writes a renamed file's new place tag into its header after the
+// rename has been answered (docs/FORMAT.md §4; issue 35). The place xattr,
 // which holds the old and the new tag and which a power cut keeps together with the
 // rename (both are the inode's metadata), is written before the answer: a file whose
 // header still has the old tag opens by the xattr, as after a power cut. The header's

@@ -224,8 +224,9 @@ extension PlainFileSystem {
 
     /// Before backing file `file` (shown as `name` in `dir`) moves to `place`, or (with
     /// `place` nil) gets a hard link: records the new tag (the linked tag for a link) in
-    /// the place xattr, and leaves the header's copy for `finish`, after the move; where
-    /// the backing file system has no user xattrs, writes the header durably now. For a
+    /// the place xattr, and for a move leaves the header's copy for `finish`, after it (a
+    /// link's header is written now); where the backing file system has no user xattrs,
+    /// writes the header durably now. For a
     /// directory, into its IV files (`rebindDirectory`). Nil if nothing was written: not
     /// a regular file or directory, no tags (format 1–3; format 4 for directories),
     /// already linked, or content that does not belong where it is now (it keeps its tag,
@@ -253,17 +254,22 @@ extension PlainFileSystem {
             if PlaceMAC.equal(old, linked) { return nil }
             let new = try place.map { try macs.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) } ?? linked
             let times = [st.st_atim, st.st_mtim]
-            if try PlaceBinding.recordMove(fd, from: old, to: new) {
-                // The header waits for the move: until it is written the xattr's new tag
-                // stands for it, as after a power cut between the two.
+            // A rename's header waits for the move: until it is written the xattr's new
+            // tag stands for it, as after a power cut between the two. A link's is
+            // written now: measured, the queue did not make links faster (each costs a
+            // descriptor and a worker's wake-up; docs/PERFORMANCE.md).
+            if place == nil {
+                try PlaceBinding.rewrite(content, from: old, to: new, keeping: times)
+            } else if try PlaceBinding.recordMove(fd, from: old, to: new) {
                 // Owned by the Rebinding: its undo or (through the queue) its finish closes it.
                 let later = try Sys.duplicate(fd)
                 return Rebinding(undo: { Sys.close(later) }, finish: { [placeTags] in
                     placeTags.write(new, to: later, inode: UInt64(st.st_ino), keeping: times)
                 })
+            } else {
+                try content.setPlaceTag(new, keeping: times)
+                try Sys.fdatasync(fd)
             }
-            try content.setPlaceTag(new, keeping: times)
-            try Sys.fdatasync(fd)
             return Rebinding(undo: { [layout] in
                 try? self.withContentDescriptor(file, stat: st) {
                     try ContentFile(fd: $0, cipher: keys.set.content, layout: layout).setPlaceTag(old)

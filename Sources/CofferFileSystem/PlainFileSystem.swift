@@ -78,7 +78,7 @@ public final class PlainFileSystem: Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
-    /// Renamed and linked files' header tags, written after the reply (PlaceTagWrites).
+    /// Renamed files' header tags, written after the reply (PlaceTagWrites).
     let placeTags: PlaceTagWrites
     /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
     let otherWriters: OtherWriters
