@@ -79,6 +79,9 @@ public final class SecureBytes: @unchecked Sendable {
         wipe()
     }
 
+    /// True once `retire` has begun: the key is zeroed or about to be.
+    public var isRetired: Bool { users.load(ordering: .acquiring) & Self.retiredBit != 0 }
+
     /// Typed pointer to the first byte, for C calls that take `unsigned char *`.
     var bytes: UnsafeMutablePointer<UInt8> { base.assumingMemoryBound(to: UInt8.self) }
 
