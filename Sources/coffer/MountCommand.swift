@@ -120,6 +120,9 @@ struct MountCommand: ParsableCommand {
            FuseSession.Transport(rawValue: value) == nil {
             throw ValidationError("COFFER_TRANSPORT=\(value): not a transport (auto, uring or classic)")
         }
+        if let value = getenv(AESEngine.environmentVariable).map({ String(cString: $0) }), AESEngine(rawValue: value) == nil {
+            throw ValidationError("\(AESEngine.environmentVariable)=\(value): not an AES engine (libsodium or ipsec-mb)")
+        }
         // coffer's mounts are of type fuse.coffer: `coffer unmount` and umount(8) find them so.
         if words.contains(where: { $0 == "subtype" || $0.hasPrefix("subtype=") }) {
             throw ValidationError("-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")
@@ -227,6 +230,10 @@ struct MountCommand: ParsableCommand {
         let logger = Logger(label: "coffer")
         let vault = try Vault.open(at: cipherdir)
         try vault.checkCipherAvailable()
+        if vault.config.contentAlgorithm == .aes256gcm {
+            let choice = AESEngine.chosen
+            logger.notice("AES-256-GCM content blocks by \(choice.engine.detail): \(choice.reason)")
+        }
         let claim = try VaultClaim(vault)
         defer { withExtendedLifetime(claim) {} }
         let target = try MountPoint.checkUsable(mountpoint)
