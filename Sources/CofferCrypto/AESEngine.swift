@@ -150,21 +150,10 @@ enum IPSecMB {
             }
         }
 
-        private static let key: pthread_key_t = {
-            var key = pthread_key_t()
-            pthread_key_create(&key) { context in
-                if let context { Unmanaged<Context>.fromOpaque(context).release() }
-            }
-            return key
-        }()
+        private static let contexts = PerThread { Context() }
 
         /// The calling thread's context, made on its first call.
-        static var current: Context {
-            if let existing = pthread_getspecific(key) { return Unmanaged<Context>.fromOpaque(existing).takeUnretainedValue() }
-            let context = Context()
-            pthread_setspecific(key, Unmanaged.passRetained(context).toOpaque())
-            return context
-        }
+        static var current: Context { contexts.current }
     }
 
     /// The self-test: a full and a short block sealed under one key, nonce and AD by
