@@ -16,6 +16,14 @@ public final class BlockKeySlot: Sendable {
     /// Open files of the inode and the key prepared for them; a leaf lock.
     private let state = Mutex<(openFiles: Int, entry: Entry?)>((0, nil))
 
+    /// Prepared keys kept at most, process-wide: each is a sodium_malloc region (three
+    /// mappings of the 65,530 a process may have, one locked page of the 8 MiB an
+    /// unprivileged process may lock), so a daemon with thousands of files open at once
+    /// must not keep one per file. Files opened beyond it prepare their key per request,
+    /// as every file did before keys were kept.
+    public static let limit = 1024
+    private static let kept = Atomic<Int>(0)
+
     public init() {}
 
     /// An open file of the inode was made: from now on, keys prepared for it are kept.
@@ -29,7 +37,7 @@ public final class BlockKeySlot: Sendable {
             defer { state.entry = nil }
             return state.entry
         }
-        ending?.prepared.retire()
+        Self.release(ending)
     }
 
     /// Wipes the prepared key (the lock): an operation using it finishes first, later
@@ -39,7 +47,14 @@ public final class BlockKeySlot: Sendable {
             defer { state.entry = nil }
             return state.entry
         }
-        ending?.prepared.retire()
+        Self.release(ending)
+    }
+
+    /// Zeroes an entry that was kept, and counts it out.
+    private static func release(_ entry: Entry?) {
+        guard let entry else { return }
+        entry.prepared.retire()
+        kept.subtract(1, ordering: .relaxed)
     }
 
     /// True while a prepared key is held (for tests).
@@ -47,22 +62,34 @@ public final class BlockKeySlot: Sendable {
 
     /// The key prepared from `owner` for `fileID` in form `kind`: the one kept, or one
     /// `make` fills now (of `size` bytes), kept while a file is open and `owner` is not
-    /// retired. Nil while no file is open: the caller prepares a key for its call alone.
+    /// retired. Nil while no file is open or `limit` keys are kept: the caller prepares
+    /// a key for its call alone.
     func prepared(owner: SecureBytes, fileID: FileID, kind: ContentCipher.BlockKey.Kind, size: Int,
                   make: (SecureBytes) throws -> Void) throws -> SecureBytes? {
-        let (kept, open) = state.withLock { ($0.entry, $0.openFiles > 0) }
-        if let kept, kept.owner === owner, kept.fileID == fileID, kept.kind == kind { return kept.prepared }
+        let (current, open) = state.withLock { ($0.entry, $0.openFiles > 0) }
+        if let current, current.owner === owner, current.fileID == fileID, current.kind == kind { return current.prepared }
         guard open else { return nil }
+        // One more key kept, within the limit (one this replaces is counted out below).
+        guard Self.kept.add(1, ordering: .relaxed).newValue <= Self.limit else {
+            Self.kept.subtract(1, ordering: .relaxed)
+            return nil
+        }
         let prepared = SecureBytes(count: size)
-        try make(prepared)
+        do {
+            try make(prepared)
+        } catch {
+            Self.kept.subtract(1, ordering: .relaxed)
+            throw error
+        }
         // Checked under the lock that `wipe` takes after the lock retires the owner: a key
         // made from the owner just before that is either wiped by `wipe` or not kept.
-        let replaced = state.withLock { state -> Entry? in
-            guard state.openFiles > 0, !owner.isRetired else { return nil }
+        let (stored, replaced) = state.withLock { state -> (Bool, Entry?) in
+            guard state.openFiles > 0, !owner.isRetired else { return (false, nil) }
             defer { state.entry = Entry(owner: owner, fileID: fileID, kind: kind, prepared: prepared) }
-            return state.entry
+            return (true, state.entry)
         }
-        replaced?.prepared.retire()
+        Self.release(replaced)
+        if !stored { Self.kept.subtract(1, ordering: .relaxed) }
         return prepared
     }
 }

@@ -36,7 +36,7 @@ struct SpeedCommand: ParsableCommand {
                 continue
             }
             let chosen = AESEngine.chosen
-            print(name + ": a mount uses \(chosen.engine.rawValue) (\(chosen.reason))")
+            print(name + ": a mount uses \(chosen.engine.rawValue): \(chosen.reason)")
             for engine in AESEngine.allCases {
                 if let why = engine.unavailableReason {
                     print("  by \(engine.rawValue): not available (\(why))")

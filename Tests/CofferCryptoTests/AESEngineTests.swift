@@ -140,4 +140,28 @@ final class AESEngineTests: XCTestCase {
             slot.fileClosed()
         }
     }
+
+    /// No more than `BlockKeySlot.limit` prepared keys are kept at once, process-wide:
+    /// a file opened beyond it seals and opens with a key prepared per call, and keeps
+    /// one again once another file's is gone.
+    func testPreparedKeysAreKeptForAtMostTheLimitOfOpenFiles() throws {
+        let cipher = ContentCipher(key: .random(count: 32), algorithm: .xchacha20poly1305, perFileKeys: true)
+        let plain = Sodium.randomArray(count: 100)
+        func use(_ slot: BlockKeySlot) throws {
+            var out = [UInt8](repeating: 0, count: ContentCipher.cipherLength(plainLength: plain.count))
+            try plain.withUnsafeBytes { p in try out.withUnsafeMutableBytes { try cipher.using(slot).seal(p, firstBlock: 0, fileID: fileID, into: $0) } }
+            XCTAssertEqual(try open(cipher, out, plainLength: plain.count, first: 0), plain)
+        }
+        let slots = (0...BlockKeySlot.limit).map { _ in BlockKeySlot() }
+        for slot in slots {
+            slot.fileOpened()
+            try use(slot)
+        }
+        defer { slots.forEach { $0.fileClosed() } }
+        XCTAssertEqual(slots.filter(\.holdsKey).count, BlockKeySlot.limit)
+        XCTAssertFalse(slots.last!.holdsKey)
+        slots[0].wipe()
+        try use(slots.last!)
+        XCTAssertTrue(slots.last!.holdsKey, "a key was not kept once another was wiped")
+    }
 }
