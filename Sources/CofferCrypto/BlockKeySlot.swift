@@ -1,7 +1,6 @@
 // BlockKeySlot keeps one file's block key ready while the file is open: its per-file key,
 // for AES-256-GCM expanded (libsodium's state or ipsec-mb's key data), in sodium memory,
-// made at the second request of the open file that needs it and wiped at its last close
-// or the lock.
+// made at the first block the file seals or opens and wiped at its last close or the lock.
 import Synchronization
 
 public final class BlockKeySlot: Sendable {
@@ -14,15 +13,14 @@ public final class BlockKeySlot: Sendable {
         let prepared: SecureBytes
     }
 
-    /// Open files of the inode, the key prepared for them, and how many requests asked
-    /// for a key since the first of them opened; a leaf lock.
-    private let state = Mutex<(openFiles: Int, entry: Entry?, requests: Int)>((0, nil, 0))
+    /// Open files of the inode and the key prepared for them; a leaf lock.
+    private let state = Mutex<(openFiles: Int, entry: Entry?)>((0, nil))
 
-    /// Prepared keys kept at most, process-wide: each is a sodium_malloc region (three
-    /// mappings of the 65,530 a process may have, one locked page of the 8 MiB an
-    /// unprivileged process may lock), so a daemon with thousands of files open at once
-    /// must not keep one per file. Files opened beyond it prepare their key per request,
-    /// as every file did before keys were kept.
+    /// Prepared keys kept at most, process-wide: each is a chunk of locked sodium memory
+    /// (SecureArena, 1 KiB; 1,024 of them fill about 1.1 MiB of the 8 MiB an unprivileged
+    /// process may lock), so a daemon with thousands of files open at once must not keep
+    /// one per file. Files opened beyond it prepare their key per request, as every file
+    /// did before keys were kept.
     public static let limit = 1024
     private static let kept = Atomic<Int>(0)
 
@@ -36,7 +34,6 @@ public final class BlockKeySlot: Sendable {
         let ending = state.withLock { state -> Entry? in
             state.openFiles -= 1
             guard state.openFiles == 0 else { return nil }
-            state.requests = 0
             defer { state.entry = nil }
             return state.entry
         }
@@ -65,30 +62,19 @@ public final class BlockKeySlot: Sendable {
 
     /// The key prepared from `owner` for `fileID` in form `kind`: the one kept, or one
     /// `make` fills now (of `size` bytes), kept while a file is open and `owner` is not
-    /// retired. Nil while no file is open, for the first request of an open file, or while
-    /// `limit` keys are kept: the caller prepares a key for its call alone.
-    ///
-    /// Why not from the first request: a sodium_malloc region costs system calls to make
-    /// and free (mmap, mprotect, mlock, munmap — TLB flushes, which a virtual machine pays
-    /// dearly: creating 3,000 files of one block each took 21 % longer when each kept
-    /// its key). A file read or written in one request (most small files: a create, an
-    /// untar) keeps making its key per request, a microsecond on the stack; a file that
-    /// streams keeps it from its second request.
+    /// retired. Nil while no file is open or `limit` keys are kept: the caller prepares
+    /// a key for its call alone.
     func prepared(owner: SecureBytes, fileID: FileID, kind: ContentCipher.BlockKey.Kind, size: Int,
                   make: (SecureBytes) throws -> Void) throws -> SecureBytes? {
-        let (current, keep) = state.withLock { state -> (Entry?, Bool) in
-            guard state.openFiles > 0 else { return (state.entry, false) }
-            state.requests += 1
-            return (state.entry, state.requests > 1)
-        }
+        let (current, open) = state.withLock { ($0.entry, $0.openFiles > 0) }
         if let current, current.owner === owner, current.fileID == fileID, current.kind == kind { return current.prepared }
-        guard keep else { return nil }
+        guard open else { return nil }
         // One more key kept, within the limit (one this replaces is counted out below).
         guard Self.kept.add(1, ordering: .relaxed).newValue <= Self.limit else {
             Self.kept.subtract(1, ordering: .relaxed)
             return nil
         }
-        let prepared = SecureBytes(count: size)
+        let prepared = SecureBytes.pooled(count: size)
         do {
             try make(prepared)
         } catch {

@@ -198,10 +198,10 @@ public struct ContentCipher: Sendable {
     /// Lends the key for the blocks of `fileID` to `body`: the content key itself
     /// (XChaCha20-Poly1305 up to format 5), else the file's key — derived (`deriveFileKey`)
     /// or held by a one-file cipher, for AES-256-GCM expanded — prepared once per open
-    /// file (from its second request: BlockKeySlot says why) and kept in sodium memory,
-    /// in the file's BlockKeySlot (given by `using`), until its last close or the lock.
+    /// file and kept in sodium memory, in the file's BlockKeySlot (given by `using`),
+    /// until its last close or the lock.
     ///
-    /// Any other call (an open file's first request, fsck, a truncate by path, a cipher
+    /// A call with no open file to keep the key for (fsck, a truncate by path, a cipher
     /// without a slot) prepares it in a temporary buffer (the stack's, or for ipsec-mb's
     /// 1 KiB of key data the heap's) zeroed before this returns: it lives
     /// for one call (0.3–1 µs to make, where sodium_malloc costs several system calls),

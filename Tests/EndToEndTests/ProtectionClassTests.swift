@@ -223,11 +223,7 @@ final class ProtectionClassTests: EndToEndCase {
             kept = open(os.path.join(m, "bg", "kept"), "w+b"); kept.write(b"k" * 10000); kept.flush()
             with open(os.path.join(m, "bg", "closed"), "wb") as g: g.write(b"c" * 10000)
             # A file of a complete directory, open through the lock: its key goes at the lock.
-            held = open(os.path.join(m, "held"), "w+b")
-            # Two requests that reach the daemon: an open file keeps its prepared key from the second on.
-            def two_writes(f, byte):
-                for _ in range(2): f.write(byte * 5000); f.flush(); os.fsync(f.fileno())
-            two_writes(held, b"h")
+            held = open(os.path.join(m, "held"), "w+b"); held.write(b"h" * 10000); held.flush(); os.fsync(held.fileno())
             def file_key(name):
                 ino = os.stat(os.path.join(m, name if name == "held" else os.path.join("bg", name))).st_ino
                 for root, _, files in os.walk(c):
@@ -246,7 +242,7 @@ final class ProtectionClassTests: EndToEndCase {
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
             kept.seek(0); assert kept.read(5) == b"kkkkk"
             # A write through to the daemon: the kept key is used (and, for AES, expanded) after the lock.
-            kept.seek(0, 2); two_writes(kept, b"k")
+            kept.seek(0, 2); kept.write(b"k"); kept.flush(); os.fsync(kept.fileno())
             print("while open", json.dumps(scan(pid, keys), sort_keys=True))
             kept.close(); time.sleep(0.5)
             print("after close", json.dumps(scan(pid, keys), sort_keys=True))
