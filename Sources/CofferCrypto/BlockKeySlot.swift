@@ -16,9 +16,9 @@ public final class BlockKeySlot: Sendable {
     /// Open files of the inode and the key prepared for them; a leaf lock.
     private let state = Mutex<(openFiles: Int, entry: Entry?)>((0, nil))
 
-    /// Prepared keys kept at most, process-wide: each is a chunk of locked sodium memory
-    /// (SecureArena, 1 KiB; 1,024 of them fill about 1.1 MiB of the 8 MiB an unprivileged
-    /// process may lock), so a daemon with thousands of files open at once must not keep
+    /// Prepared keys kept at most, process-wide: each is a page of locked sodium memory
+    /// (SecureArena; 1,024 of them fill 4 MiB of the 8 MiB an unprivileged process may
+    /// lock), so a daemon with thousands of files open at once must not keep
     /// one per file. Files opened beyond it prepare their key per request, as every file
     /// did before keys were kept.
     public static let limit = 1024

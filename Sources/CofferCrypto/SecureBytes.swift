@@ -36,7 +36,7 @@ public final class SecureBytes: @unchecked Sendable {
         sodium_memzero(pointer, Swift.max(count, 1))
     }
 
-    /// A zero-filled buffer of `count` bytes (at most `SecureArena.chunkSize`), 64-byte
+    /// A zero-filled buffer of `count` bytes (at most `SecureArena.chunkSize`), page
     /// aligned, carved from a sodium_malloc region shared with others: no system call
     /// to make or free it. For keys that come and go with open files (BlockKeySlot).
     public static func pooled(count: Int) -> SecureBytes {
@@ -122,16 +122,17 @@ public final class SecureBytes: @unchecked Sendable {
 /// Fixed-size chunks of sodium_malloc memory (guard pages, locked, zeroed when given
 /// back) for secrets made and dropped often: sodium_malloc and sodium_free cost an mmap,
 /// mprotects, an mlock and an munmap each (TLB flushes, which a virtual machine pays
-/// dearly: one region per open file made creating 3,000 small files 25 % slower). A
+/// dearly: one region per open file made creating 3,000 small files take 1.3–1.5 times
+/// as long in scripts/bench). A
 /// region of `chunksPerRegion` chunks is made when none is free and kept for the
 /// process's life (BlockKeySlot.limit bounds how many are in use).
 final class SecureArena: Sendable {
     static let shared = SecureArena()
-    /// Bytes per chunk: ipsec-mb's key data (1 KiB) with room to align it to 64; a
-    /// multiple of 64, so that every chunk of a region is 64-byte aligned.
-    static let chunkSize = 1088
-    /// Chunks per region: 60, 63.75 KiB (16 pages).
-    static let chunksPerRegion = 60
+    /// Bytes per chunk: a page, so that no two keys share one (keys packed 1,088 bytes
+    /// apart made streaming reads bimodal, half of them at half speed, in scripts/bench).
+    static let chunkSize = 4096
+    /// Chunks per region: 16, 64 KiB.
+    static let chunksPerRegion = 16
 
     /// Free chunks, by address; a leaf lock.
     private let free = Mutex<[UInt]>([])
