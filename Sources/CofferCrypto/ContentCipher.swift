@@ -76,21 +76,41 @@ public struct ContentCipher: Sendable {
     /// Set on a cipher that holds one file's key only (`fileCipher`): it refuses every
     /// other file.
     public let onlyFile: FileID?
+    /// The library that runs AES-256-GCM (libsodium for XChaCha20-Poly1305).
+    public let engine: AESEngine
+    /// Where the file's prepared block key is kept while it is open (`using`); without
+    /// one, every call prepares its own.
+    let keySlot: BlockKeySlot?
 
     /// A cipher under the 32-byte content subkey. AES-256-GCM needs a CPU that has it:
     /// callers check `algorithm.isAvailable` first and refuse the vault with a message.
     /// `perFileKeys` (format 6) derives XChaCha20-Poly1305 keys per file as AES's are.
-    public init(key: SecureBytes, algorithm: ContentAlgorithm = .xchacha20poly1305, perFileKeys: Bool = false) {
-        self.init(key: key, algorithm: algorithm, perFileKeys: perFileKeys || algorithm == .aes256gcm, onlyFile: nil)
+    /// `engine` runs AES-256-GCM: by default the one chosen for this process
+    /// (`AESEngine.chosen`); one given must run here (`unavailableReason` nil).
+    public init(key: SecureBytes, algorithm: ContentAlgorithm = .xchacha20poly1305, perFileKeys: Bool = false,
+                engine: AESEngine? = nil) {
+        self.init(key: key, algorithm: algorithm, perFileKeys: perFileKeys || algorithm == .aes256gcm, onlyFile: nil,
+                  engine: algorithm == .aes256gcm ? engine ?? AESEngine.chosen.engine : .libsodium, keySlot: nil)
     }
 
-    private init(key: SecureBytes, algorithm: ContentAlgorithm, perFileKeys: Bool, onlyFile: FileID?) {
+    private init(key: SecureBytes, algorithm: ContentAlgorithm, perFileKeys: Bool, onlyFile: FileID?,
+                 engine: AESEngine, keySlot: BlockKeySlot?) {
         precondition(key.count == Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES))
         precondition(algorithm.isAvailable, "\(algorithm.rawValue) is not available on this CPU")
         self.key = key
         self.algorithm = algorithm
         self.perFileKeys = perFileKeys
         self.onlyFile = onlyFile
+        self.engine = engine
+        self.keySlot = keySlot
+    }
+
+    /// This cipher, keeping the prepared key of the file it seals and opens in `slot`
+    /// (the file's inode's) instead of preparing one per call. A vault-wide key needs
+    /// no preparing: it is returned as it is.
+    public func using(_ slot: BlockKeySlot) -> ContentCipher {
+        guard perFileKeys else { return self }
+        return ContentCipher(key: key, algorithm: algorithm, perFileKeys: true, onlyFile: onlyFile, engine: engine, keySlot: slot)
     }
 
     /// A cipher for the blocks of `fileID` only, holding that file's key alone (in
@@ -105,7 +125,7 @@ public struct ContentCipher: Sendable {
         }
         let fileKey = SecureBytes(count: 32)
         try key.lend { contentKey in Self.deriveFileKey(into: fileKey.bytes, from: contentKey, fileID: fileID, algorithm: algorithm) }
-        return ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID)
+        return ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID, engine: engine, keySlot: nil)
     }
 
     /// A copy of this cipher's key, for known-answer tests of a one-file cipher only.
@@ -120,14 +140,17 @@ public struct ContentCipher: Sendable {
 
     /// A cipher for the blocks of `fileID` under its own random key `fileKey` (a file
     /// made while locked, whose key is sealed to the drop key: docs/FORMAT.md §12).
-    public static func sealedFile(key fileKey: SecureBytes, algorithm: ContentAlgorithm, fileID: FileID) -> ContentCipher {
-        ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID)
+    public static func sealedFile(key fileKey: SecureBytes, algorithm: ContentAlgorithm, fileID: FileID,
+                                  engine: AESEngine? = nil) -> ContentCipher {
+        ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID,
+                      engine: algorithm == .aes256gcm ? engine ?? AESEngine.chosen.engine : .libsodium, keySlot: nil)
     }
 
     /// A one-file cipher with a copy of this one's key, to be retired on its own.
     public func copy() -> ContentCipher {
         precondition(onlyFile != nil, "only a one-file cipher is copied")
-        return ContentCipher(key: key.prefix(key.count), algorithm: algorithm, perFileKeys: true, onlyFile: onlyFile)
+        return ContentCipher(key: key.prefix(key.count), algorithm: algorithm, perFileKeys: true, onlyFile: onlyFile,
+                             engine: engine, keySlot: nil)
     }
 
     /// The key of one file: BLAKE2b-256(key: content subkey, salt: file ID, personal:
@@ -144,40 +167,110 @@ public struct ContentCipher: Sendable {
     }
 
     /// What sealing and opening one file's blocks need: the content key itself
-    /// (XChaCha20-Poly1305), or the expanded AES key of the file.
+    /// (XChaCha20-Poly1305 up to format 5), the file's key (XChaCha20-Poly1305 from
+    /// format 6), or the file's key expanded for AES-256-GCM by libsodium or ipsec-mb.
     struct BlockKey {
-        let algorithm: ContentAlgorithm
+        enum Kind: Equatable, Sendable {
+            case xchacha20poly1305, libsodiumAES, ipsecMBAES
+
+            /// Bytes a prepared key of this kind takes, with room to align it to 64.
+            var preparedSize: Int {
+                switch self {
+                case .xchacha20poly1305: return 32
+                case .libsodiumAES: return crypto_aead_aes256gcm_statebytes() + 63
+                case .ipsecMBAES: return IPSecMB.keyDataSize + 63
+                }
+            }
+        }
+        let kind: Kind
         let pointer: UnsafeRawPointer
     }
 
+    /// The form this cipher's blocks need their key in.
+    private var blockKeyKind: BlockKey.Kind {
+        switch (algorithm, engine) {
+        case (.xchacha20poly1305, _): return .xchacha20poly1305
+        case (.aes256gcm, .libsodium): return .libsodiumAES
+        case (.aes256gcm, .ipsecMB): return .ipsecMBAES
+        }
+    }
+
     /// Lends the key for the blocks of `fileID` to `body`: the content key itself
-    /// (XChaCha20-Poly1305 up to format 5), or the file's key (`deriveFileKey`, or held
-    /// by a one-file cipher), for AES-256-GCM expanded. A derived or expanded key lives
-    /// in a stack buffer that is zeroed before this returns. Why not in sodium_malloc
-    /// memory: it lives for one call (about 0.3 µs to make), inside `lend`, so a lock's
-    /// wipe waits for it to be zeroed; and it shares the call's stack with the plaintext
-    /// it protects, so locking its page against swap would protect nothing the plaintext
-    /// buffers do not already expose.
+    /// (XChaCha20-Poly1305 up to format 5), else the file's key — derived (`deriveFileKey`)
+    /// or held by a one-file cipher, for AES-256-GCM expanded — prepared once per open
+    /// file and kept in sodium memory, in the file's BlockKeySlot (given by `using`),
+    /// until its last close or the lock.
+    ///
+    /// A call with no open file to keep the key for (fsck, a truncate by path, a cipher
+    /// without a slot) prepares it in a temporary buffer (the stack's, or for ipsec-mb's
+    /// 1 KiB of key data the heap's) zeroed before this returns: it lives
+    /// for one call (0.3–1 µs to make, where sodium_malloc costs several system calls),
+    /// inside `lend`, so a lock's wipe waits for it to be zeroed; and it shares the
+    /// call's stack with the plaintext it protects, so locking its page against swap
+    /// would protect nothing the plaintext buffers do not already expose.
     private func withBlockKey<R>(fileID: FileID, _ body: (BlockKey) throws -> R) throws -> R {
-        try key.lend { contentKey in
-            if let onlyFile, onlyFile != fileID { throw CryptoError.keyRetired }
-            let stateSize = algorithm == .aes256gcm ? crypto_aead_aes256gcm_statebytes() : 0
-            guard perFileKeys else { return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(contentKey))) }
-            return try withUnsafeTemporaryAllocation(byteCount: stateSize + 32, alignment: 16) { scratch in
-                let state = scratch.baseAddress!
-                let fileKey = (state + stateSize).assumingMemoryBound(to: UInt8.self)
-                defer { sodium_memzero(state, scratch.count) }
-                if onlyFile != nil {
-                    fileKey.update(from: contentKey, count: 32)
-                } else {
-                    Self.deriveFileKey(into: fileKey, from: contentKey, fileID: fileID, algorithm: algorithm)
+        if let onlyFile, onlyFile != fileID { throw CryptoError.keyRetired }
+        guard perFileKeys else {
+            return try key.lend { try body(BlockKey(kind: .xchacha20poly1305, pointer: UnsafeRawPointer($0))) }
+        }
+        let kind = blockKeyKind
+        if let kept = try keySlot?.prepared(owner: key, fileID: fileID, kind: kind, size: kind.preparedSize,
+                                            make: { try prepare($0, fileID: fileID, kind: kind) }) {
+            do {
+                // Under this cipher's key too: once the lock retires it, the key prepared
+                // from it serves nobody, even before the lock wipes the slot.
+                return try key.lend { _ in
+                    try kept.lend { try body(BlockKey(kind: kind, pointer: Self.aligned(UnsafeMutableRawPointer(mutating: $0), kind))) }
                 }
-                guard algorithm == .aes256gcm else { return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(fileKey))) }
-                _ = crypto_aead_aes256gcm_beforenm(state.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self), fileKey)
-                sodium_memzero(fileKey, 32)
-                return try body(BlockKey(algorithm: algorithm, pointer: UnsafeRawPointer(state)))
+            } catch CryptoError.keyRetired {
+                // Wiped by the file's last close or by the lock since: prepared anew below,
+                // which throws too if the lock retired this cipher's key.
             }
         }
+        return try key.lend { contentKey in
+            try withUnsafeTemporaryAllocation(byteCount: kind.preparedSize, alignment: 16) { scratch in
+                defer { sodium_memzero(scratch.baseAddress!, scratch.count) }
+                let target = Self.aligned(scratch.baseAddress!, kind)
+                prepare(target, from: contentKey, fileID: fileID, kind: kind)
+                return try body(BlockKey(kind: kind, pointer: UnsafeRawPointer(target)))
+            }
+        }
+    }
+
+    /// Fills `prepared` (sodium memory) with the key of `fileID` in form `kind`.
+    private func prepare(_ prepared: SecureBytes, fileID: FileID, kind: BlockKey.Kind) throws {
+        try key.lend { contentKey in
+            try prepared.lend { prepare(Self.aligned(UnsafeMutableRawPointer(mutating: $0), kind), from: contentKey, fileID: fileID, kind: kind) }
+        }
+    }
+
+    /// Writes the key of `fileID` in form `kind` at `target` (aligned by `aligned`),
+    /// from this cipher's key `ownKey`. An AES file key passes through a stack buffer
+    /// that is zeroed before this returns.
+    private func prepare(_ target: UnsafeMutableRawPointer, from ownKey: UnsafePointer<UInt8>, fileID: FileID, kind: BlockKey.Kind) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32) { scratch in
+            defer { sodium_memzero(scratch.baseAddress!, 32) }
+            let fileKey = kind == .xchacha20poly1305 ? target.assumingMemoryBound(to: UInt8.self) : scratch.baseAddress!
+            if onlyFile != nil {
+                fileKey.update(from: ownKey, count: 32)
+            } else {
+                Self.deriveFileKey(into: fileKey, from: ownKey, fileID: fileID, algorithm: algorithm)
+            }
+            switch kind {
+            case .xchacha20poly1305: break
+            case .libsodiumAES:
+                _ = crypto_aead_aes256gcm_beforenm(target.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self), fileKey)
+            case .ipsecMBAES:
+                IPSecMB.prepare(fileKey, into: target)
+            }
+        }
+    }
+
+    /// Where in a buffer of `kind.preparedSize` bytes the prepared key starts: the AES
+    /// forms 64-byte aligned (ipsec-mb's key data needs it; libsodium's state 16).
+    private static func aligned(_ base: UnsafeMutableRawPointer, _ kind: BlockKey.Kind) -> UnsafeMutableRawPointer {
+        guard kind != .xchacha20poly1305 else { return base }
+        return base.alignedUp(toMultipleOf: 64)
     }
 
     /// Ciphertext length of a run of plaintext: full blocks plus one partial block.
@@ -200,7 +293,7 @@ public struct ContentCipher: Sendable {
         precondition(ciphertext.count >= Self.cipherLength(plainLength: plaintext.count))
         guard blocks > 0 else { return }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: blocks * Self.nonceSize) { nonces in
-            if key.algorithm == .aes256gcm {
+            if key.kind != .xchacha20poly1305 {
                 // 12 random bytes, then 12 zero bytes, per block.
                 for i in 0..<blocks {
                     let nonce = UnsafeMutableRawBufferPointer(start: nonces.baseAddress! + i * Self.nonceSize, count: Self.nonceSize)
@@ -317,15 +410,18 @@ public struct ContentCipher: Sendable {
         out.update(from: nonce.assumingMemoryBound(to: UInt8.self), count: Self.nonceSize)
         withAssociatedData(fileID: fileID, blockIndex: firstBlock + UInt64(i)) { ad in
             var written: UInt64 = 0
-            switch key.algorithm {
+            switch key.kind {
             case .xchacha20poly1305:
                 _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
                     out + Self.nonceSize, &written, input, UInt64(plainCount),
                     ad.baseAddress, UInt64(ad.count), nil, out, key.pointer.assumingMemoryBound(to: UInt8.self))
-            case .aes256gcm:
+            case .libsodiumAES:
                 _ = crypto_aead_aes256gcm_encrypt_afternm(
                     out + Self.nonceSize, &written, input, UInt64(plainCount),
                     ad.baseAddress, UInt64(ad.count), nil, out, key.pointer.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self))
+            case .ipsecMBAES:
+                IPSecMB.seal(keyData: key.pointer, out: out + Self.nonceSize, input, length: plainCount, iv: out, ad: ad,
+                             tag: out + Self.nonceSize + plainCount)
             }
         }
     }
@@ -373,20 +469,25 @@ public struct ContentCipher: Sendable {
                          into plain: UnsafeMutablePointer<UInt8>, key: BlockKey) -> Bool {
         withAssociatedData(fileID: fileID, blockIndex: index) { ad -> Int32 in
             var written: UInt64 = 0
-            switch key.algorithm {
+            switch key.kind {
             case .xchacha20poly1305:
                 return crypto_aead_xchacha20poly1305_ietf_decrypt(
                     plain, &written, nil, block + Self.nonceSize,
                     UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
                     key.pointer.assumingMemoryBound(to: UInt8.self))
-            case .aes256gcm:
+            case .libsodiumAES, .ipsecMBAES:
                 // The unused half of the nonce field is not authenticated by GCM:
                 // anything but zeros there is tampering.
                 guard Self.isHole(block + Self.gcmNonceSize, Self.nonceSize - Self.gcmNonceSize) else { return -1 }
-                return crypto_aead_aes256gcm_decrypt_afternm(
-                    plain, &written, nil, block + Self.nonceSize,
-                    UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
-                    key.pointer.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self))
+                guard key.kind == .ipsecMBAES else {
+                    return crypto_aead_aes256gcm_decrypt_afternm(
+                        plain, &written, nil, block + Self.nonceSize,
+                        UInt64(length - Self.nonceSize), ad.baseAddress, UInt64(ad.count), block,
+                        key.pointer.assumingMemoryBound(to: crypto_aead_aes256gcm_state.self))
+                }
+                let plainLength = length - Self.overhead
+                return IPSecMB.open(keyData: key.pointer, out: plain, block + Self.nonceSize, length: plainLength, iv: block, ad: ad,
+                                    tag: block + Self.nonceSize + plainLength) ? 0 : -1
             }
         } == 0
     }
@@ -404,7 +505,7 @@ public struct ContentCipher: Sendable {
                 var nonce = [UInt8](repeating: 0, count: Self.nonceSize)
                 nonce.withUnsafeMutableBytes { n in
                     NoncePool.current.fill(UnsafeMutableRawBufferPointer(
-                        rebasing: n[0..<(key.algorithm == .aes256gcm ? Self.gcmNonceSize : Self.nonceSize)]))
+                        rebasing: n[0..<(key.kind == .xchacha20poly1305 ? Self.nonceSize : Self.gcmNonceSize)]))
                 }
                 nonce.withUnsafeBytes { n in
                     sealOne(input, block: 0, firstBlock: index, fileID: fileID, nonce: n.baseAddress!, into: ciphertext, key: key)

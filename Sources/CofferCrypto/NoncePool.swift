@@ -20,23 +20,10 @@ final class NoncePool {
         buffer.deallocate()
     }
 
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        pthread_key_create(&key) { pool in
-            if let pool { Unmanaged<NoncePool>.fromOpaque(pool).release() }
-        }
-        return key
-    }()
+    private static let pools = PerThread { NoncePool() }
 
     /// The calling thread's pool.
-    static var current: NoncePool {
-        if let existing = pthread_getspecific(key) {
-            return Unmanaged<NoncePool>.fromOpaque(existing).takeUnretainedValue()
-        }
-        let pool = NoncePool()
-        pthread_setspecific(key, Unmanaged.passRetained(pool).toOpaque())
-        return pool
-    }
+    static var current: NoncePool { pools.current }
 
     /// Fills `out` with bytes never handed out before.
     func fill(_ out: UnsafeMutableRawBufferPointer) {

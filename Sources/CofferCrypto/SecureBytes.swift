@@ -17,6 +17,8 @@ public final class SecureBytes: @unchecked Sendable {
     /// Number of bytes in the buffer.
     public let count: Int
     private let base: UnsafeMutableRawPointer
+    /// The arena the bytes are a chunk of (`pooled`); nil for a region of their own.
+    private let arena: SecureArena?
     /// Number of `lend` calls using the bytes now, plus `retiredBit` once `retire` began.
     private let users = Atomic<Int>(0)
     private static let retiredBit = 1 << 62
@@ -30,7 +32,22 @@ public final class SecureBytes: @unchecked Sendable {
         }
         self.count = count
         self.base = pointer
+        self.arena = nil
         sodium_memzero(pointer, Swift.max(count, 1))
+    }
+
+    /// A zero-filled buffer of `count` bytes (at most `SecureArena.chunkSize`), page
+    /// aligned, carved from a sodium_malloc region shared with others: no system call
+    /// to make or free it. For keys that come and go with open files (BlockKeySlot).
+    public static func pooled(count: Int) -> SecureBytes {
+        precondition(count <= SecureArena.chunkSize)
+        return SecureBytes(chunk: SecureArena.shared.take(), count: count)
+    }
+
+    private init(chunk: UnsafeMutableRawPointer, count: Int) {
+        self.count = count
+        self.base = chunk
+        self.arena = SecureArena.shared
     }
 
     /// A buffer of `count` random bytes.
@@ -49,8 +66,13 @@ public final class SecureBytes: @unchecked Sendable {
     }
 
     deinit {
-        // sodium_free zeroes the region before unmapping it.
-        sodium_free(base)
+        if let arena {
+            sodium_memzero(base, count)
+            arena.give(base)
+        } else {
+            // sodium_free zeroes the region before unmapping it.
+            sodium_free(base)
+        }
     }
 
     public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
@@ -79,6 +101,9 @@ public final class SecureBytes: @unchecked Sendable {
         wipe()
     }
 
+    /// True once `retire` has begun: the key is zeroed or about to be.
+    public var isRetired: Bool { users.load(ordering: .acquiring) & Self.retiredBit != 0 }
+
     /// Typed pointer to the first byte, for C calls that take `unsigned char *`.
     var bytes: UnsafeMutablePointer<UInt8> { base.assumingMemoryBound(to: UInt8.self) }
 
@@ -91,5 +116,41 @@ public final class SecureBytes: @unchecked Sendable {
     /// Constant-time equality (sodium_memcmp); buffers of different size are unequal.
     public func constantTimeEquals(_ other: SecureBytes) -> Bool {
         count == other.count && (count == 0 || sodium_memcmp(base, other.base, count) == 0)
+    }
+}
+
+/// Fixed-size chunks of sodium_malloc memory (guard pages, locked, zeroed when given
+/// back) for secrets made and dropped often: sodium_malloc and sodium_free cost an mmap,
+/// mprotects, an mlock and an munmap each (TLB flushes, which a virtual machine pays
+/// dearly: one region per open file made creating 3,000 small files take 1.3–1.5 times
+/// as long in scripts/bench). A
+/// region of `chunksPerRegion` chunks is made when none is free and kept for the
+/// process's life (BlockKeySlot.limit bounds how many are in use).
+final class SecureArena: Sendable {
+    static let shared = SecureArena()
+    /// Bytes per chunk: a page, so that no two keys share one (keys packed 1,088 bytes
+    /// apart made streaming reads bimodal, half of them at half speed, in scripts/bench).
+    static let chunkSize = 4096
+    /// Chunks per region: 16, 64 KiB.
+    static let chunksPerRegion = 16
+
+    /// Free chunks, by address; a leaf lock.
+    private let free = Mutex<[UInt]>([])
+
+    func take() -> UnsafeMutableRawPointer {
+        if let chunk = free.withLock({ $0.popLast() }) { return UnsafeMutableRawPointer(bitPattern: chunk)! }
+        let size = Self.chunkSize * Self.chunksPerRegion
+        // sodium_malloc ends the region at its guard page: a size that is a multiple of
+        // 64 starts it 64-byte aligned.
+        guard let region = sodium_malloc(size) else { fatalError("sodium_malloc(\(size)) failed: out of locked memory") }
+        sodium_memzero(region, size)
+        let chunks = (1..<Self.chunksPerRegion).map { UInt(bitPattern: region + $0 * Self.chunkSize) }
+        free.withLock { $0.append(contentsOf: chunks) }
+        return region
+    }
+
+    /// Takes back a chunk the caller has zeroed.
+    func give(_ chunk: UnsafeMutableRawPointer) {
+        free.withLock { $0.append(UInt(bitPattern: chunk)) }
     }
 }

@@ -105,12 +105,21 @@ public final class Node: Sendable {
         return cipher
     }
 
-    /// An open file of this inode was made.
-    func fileOpened() { opened.withLock { $0.count += 1 } }
+    /// The prepared block key of this inode's content while a file of it is open
+    /// (the per-file key, for AES-256-GCM expanded): wiped at the last close and the lock.
+    let blockKeys = BlockKeySlot()
 
-    /// An open file of this inode ended: with the last one, a key the lock left goes
-    /// (zeroed; an operation still using it fails instead).
+    /// An open file of this inode was made.
+    func fileOpened() {
+        opened.withLock { $0.count += 1 }
+        blockKeys.fileOpened()
+    }
+
+    /// An open file of this inode ended: with the last one, its prepared block key goes,
+    /// and so does a key the lock left it (zeroed; an operation still using it fails
+    /// instead).
     func fileClosed() {
+        blockKeys.fileClosed()
         let ending = opened.withLock { opened -> ContentCipher? in
             opened.count -= 1
             guard opened.count == 0 else { return nil }

@@ -36,9 +36,9 @@ extension PlainFileSystem {
     }
 
     /// The same under `cipher`: the vault's content cipher, or a file's own (its key kept
-    /// through a lock).
+    /// through a lock); the file's prepared key is kept in the node while it is open.
     func content(_ fd: Int32, of node: Node, cipher: ContentCipher, safety: RewriteSafety? = nil) -> ContentFile {
-        ContentFile(fd: fd, cipher: cipher, layout: layout, ids: node.fileIDs, safety: safety)
+        ContentFile(fd: fd, cipher: cipher.using(node.blockKeys), layout: layout, ids: node.fileIDs, safety: safety)
     }
 
     /// The places the content of `node` may be bound to, from the name it was last

@@ -281,6 +281,8 @@ public final class PlainFileSystem: Sendable {
         }
         nodes.forgetNames()
         retiring?.set.wipe()
+        // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot).
+        for node in nodes.allNodes() { node.blockKeys.wipe() }
         if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
     }
 

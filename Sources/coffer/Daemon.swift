@@ -64,6 +64,10 @@ final class Daemon {
 
         let vault = try Vault.open(at: settings.cipherdir)
         try vault.checkCipherAvailable()
+        if vault.config.contentAlgorithm == .aes256gcm {
+            let choice = AESEngine.chosen
+            logger.notice("AES-256-GCM content blocks by \(choice.engine.detail): \(choice.reason)")
+        }
         let claim = try VaultClaim(vault)
         teardown.append { withExtendedLifetime(claim) {} }
         let target = try MountPoint.checkUsable(settings.mountpoint)

@@ -129,6 +129,9 @@ struct MountCommand: ParsableCommand {
            FuseSession.Transport(rawValue: value) == nil {
             throw ValidationError("COFFER_TRANSPORT=\(value): not a transport (auto, uring or classic)")
         }
+        if let value = getenv(AESEngine.environmentVariable).map({ String(cString: $0) }), AESEngine(rawValue: value) == nil {
+            throw ValidationError("\(AESEngine.environmentVariable)=\(value): not an AES engine (libsodium or ipsec-mb)")
+        }
         // coffer's mounts are of type fuse.coffer: `coffer unmount` and umount(8) find them so.
         if words.contains(where: { $0 == "subtype" || $0.hasPrefix("subtype=") }) {
             throw ValidationError("-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")

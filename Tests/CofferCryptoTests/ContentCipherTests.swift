@@ -7,10 +7,20 @@ final class ContentCipherTests: XCTestCase {
     var cipher = ContentCipher(key: .random(count: 32))
     let fileID = FileID.random()
 
-    /// Runs `body` once per content cipher this CPU runs (AES-256-GCM needs AES-NI).
+    /// Runs `body` once per content cipher this CPU runs (AES-256-GCM needs AES-NI), for
+    /// AES-256-GCM once per engine that runs here, and under ipsec-mb once more with the
+    /// key prepared in an open file's slot.
     func forEachCipher(_ body: () throws -> Void) rethrows {
         for algorithm in ContentAlgorithm.allCases where algorithm.isAvailable {
-            cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm)
+            let engines = algorithm == .aes256gcm ? AESEngine.allCases.filter { $0.unavailableReason == nil } : [.libsodium]
+            for engine in engines {
+                cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm, engine: engine)
+                try body()
+            }
+            let slot = BlockKeySlot()
+            slot.fileOpened()
+            defer { slot.fileClosed() }
+            cipher = ContentCipher(key: .random(count: 32), algorithm: algorithm, engine: engines.last!).using(slot)
             try body()
         }
     }

@@ -5,6 +5,20 @@ import Synchronization
 import XCTest
 
 final class SecureBytesTests: XCTestCase {
+    /// Pooled buffers (an open file's prepared key) are 64-byte aligned chunks of shared
+    /// sodium memory, distinct while alive, and come back zeroed.
+    func testPooledBuffersAreAlignedDistinctAndZeroedForTheNextUser() {
+        var buffers = (0..<150).map { _ in SecureBytes.pooled(count: 1087) }
+        let addresses = Set(buffers.map { $0.withUnsafeBytes { UInt(bitPattern: $0.baseAddress!) } })
+        XCTAssertEqual(addresses.count, 150)
+        XCTAssertTrue(addresses.allSatisfy { $0 % 64 == 0 })
+        buffers.forEach { $0.withUnsafeMutableBytes { _ = $0.initializeMemory(as: UInt8.self, repeating: 0xa5) } }
+        buffers.removeAll()
+        let again = (0..<150).map { _ in SecureBytes.pooled(count: 1087) }
+        XCTAssertTrue(again.allSatisfy(\.isAllZero), "a chunk came back with a secret in it")
+        XCTAssertEqual(Set(again.map { $0.withUnsafeBytes { UInt(bitPattern: $0.baseAddress!) } }), addresses, "chunks were not reused")
+    }
+
     func testWipeLeavesOnlyZerosBeforeFree() {
         let secret = SecureBytes.random(count: 64)
         XCTAssertFalse(secret.isAllZero, "64 random bytes are not all zero")
