@@ -163,6 +163,8 @@ public struct ContentCipher: Sendable {
                 crypto_generichash_blake2b_salt_personal(out, 32, nil, 0, contentKey, 32, salt.baseAddress, personal.baseAddress)
             }
         }
+        // The key is also in blake2b_final's dead frame (coffer_scrub_stack says why).
+        coffer_scrub_stack()
         precondition(rc == 0, "crypto_generichash_blake2b_salt_personal failed")
     }
 
