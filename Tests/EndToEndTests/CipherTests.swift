@@ -70,7 +70,7 @@ final class CipherTests: EndToEndCase {
             assertOK(Harness.sh("diff -r '\(vault.mountpoint)' '\(reference)'"), "\(cipher): contents after remount")
             // The nonce field of block 0 of a backing file (after the 34-byte header of
             // format 4): AES-256-GCM leaves its last 12 bytes zero.
-            let spare = Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 100000 ] && od -An -tx1 -j 46 -N 12 \"$f\" | tr -d ' \\n' && break || true; done")
+            let spare = Harness.sh("cd '\(vault.cipherdir)' && for f in ./*; do [ \"$(stat -c %s \"$f\")\" -gt 100000 ] && od -An -tx1 -j 46 -N 12 \"$f\" | tr -d ' \\n' && break || true; done")
             if cipher == "aes256gcm" {
                 XCTAssertEqual(spare.stdout, String(repeating: "00", count: 12), "\(cipher): spare nonce bytes")
             } else {
@@ -145,7 +145,7 @@ final class CipherTests: EndToEndCase {
         assertOK(vault.sh("head -c 10000 /dev/urandom > f"), "write")
         vault.unmount()
         // Byte 34 + 20 of the only content file: inside the spare half of block 0's nonce field.
-        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\")\" -gt 9000 ] && printf '\\x01' | dd of=\"$f\" bs=1 seek=54 conv=notrunc status=none || true; done"), "tamper")
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in ./*; do [ \"$(stat -c %s \"$f\")\" -gt 9000 ] && printf '\\x01' | dd of=\"$f\" bs=1 seek=54 conv=notrunc status=none || true; done"), "tamper")
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
         XCTAssertTrue(fsck.stdout.contains("block 0 failed authentication"), fsck.stdout)

@@ -41,7 +41,7 @@ final class ExitStatusTableTests: EndToEndCase {
         let vault = mountedVault()
         assertOK(vault.sh("head -c 9000 /dev/urandom > f"), "write")
         vault.unmount()
-        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in *; do [ \"$(stat -c %s \"$f\" 2>/dev/null)\" -gt 9000 ] && \(Harness.flipByte) \"$f\" 100 || true; done"), "tamper")
+        assertOK(Harness.sh("cd '\(vault.cipherdir)' && for f in ./*; do [ \"$(stat -c %s \"$f\" 2>/dev/null)\" -gt 9000 ] && \(Harness.flipByte) \"$f\" 100 || true; done"), "tamper")
         let r = vault.fsck()
         XCTAssertEqual(r.status, 40, r.stdout)
         XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)
