@@ -32,7 +32,7 @@ enum KeyringSlots {
         } catch KeyringError.notFound {
             // Not in this user's keyring: added on another machine, or cleared already.
         } catch {
-            FileHandleStandardError.write("coffer: keyslot remove: the keyring item of slot \"\(record.label)\" was not cleared (\(error)); the slot is gone, so the item opens nothing: remove it with secret-tool clear vault \(vault.config.checksum) slot \(record.id)\n")
+            FileHandleStandardError.write("coffer: keyslot remove: the keyring item of slot \"\(record.label)\" was not cleared (\(error)); the slot is gone, so the item opens nothing: remove it with secret-tool clear -- vault \(vault.config.checksum) slot \(record.id)\n")
         }
     }
 

@@ -24,10 +24,10 @@ final class KeyringSlotTests: EndToEndCase {
         XCTAssertTrue(list.stdout.contains("keyring     session"), list.stdout)
         let slotID = try XCTUnwrap(list.stdout.split(separator: "\n").first { $0.hasPrefix("keyring") }?.split(separator: " ").dropFirst(2).first.map(String.init))
         // The item holds a 32-byte slot key under the vault's and the slot's ids, not the passphrase.
-        let item = Harness.run(["sh", "-c", "secret-tool lookup vault '\(vaultID)' slot '\(slotID)' | wc -c"], environment: desktop.environment)
+        let item = Harness.run(["sh", "-c", "secret-tool lookup -- vault '\(vaultID)' slot '\(slotID)' | wc -c"], environment: desktop.environment)
         XCTAssertEqual(item.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "32", item.stderr)
         let passphrase = try String(contentsOfFile: vault.passfile, encoding: .utf8).trimmingCharacters(in: .newlines)
-        XCTAssertFalse(Harness.run(["secret-tool", "search", "--all", "vault", vaultID], environment: desktop.environment).stdout.contains(passphrase))
+        XCTAssertFalse(Harness.run(["secret-tool", "search", "--all", "--", "vault", vaultID], environment: desktop.environment).stdout.contains(passphrase))
 
         assertOK(coffer(["mount", "--log-file", vault.logFile, "--state-dir", vault.stateDir, vault.cipherdir, vault.mountpoint]), "mount locked")
         let unlocked = coffer(["unlock", "--keyring", vault.mountpoint])
@@ -45,14 +45,14 @@ final class KeyringSlotTests: EndToEndCase {
 
         // Removed: the item is gone and unlock --keyring has nothing to open.
         assertOK(coffer(["keyslot", "remove", "--slot", "session", "--passfile", vault.passfile, vault.cipherdir]), "remove")
-        XCTAssertEqual(Harness.run(["secret-tool", "lookup", "vault", vaultID, "slot", slotID], environment: desktop.environment).status, 1,
+        XCTAssertEqual(Harness.run(["secret-tool", "lookup", "--", "vault", vaultID, "slot", slotID], environment: desktop.environment).status, 1,
                        "the keyring item outlived its slot")
         let removed = coffer(["unlock", "--keyring", vault.mountpoint])
         XCTAssertEqual(removed.status, 59, removed.stderr)
 
         // A slot whose item was deleted behind coffer's back: the same status, its own words.
         assertOK(coffer(["keyslot", "add", "--keyring", "--label", "again", "--passfile", vault.passfile, vault.cipherdir]), "add again")
-        assertOK(Harness.run(["secret-tool", "clear", "vault", vaultID], environment: desktop.environment), "delete the item")
+        assertOK(Harness.run(["secret-tool", "clear", "--", "vault", vaultID], environment: desktop.environment), "delete the item")
         let deleted = coffer(["unlock", "--keyring", vault.mountpoint])
         XCTAssertEqual(deleted.status, 59, deleted.stderr)
         XCTAssertTrue(deleted.stderr.contains("holds the key of none"), deleted.stderr)
@@ -71,7 +71,7 @@ final class KeyringSlotTests: EndToEndCase {
         // Removing a keyring slot without the keyring: the slot goes, and the item left behind is named.
         let orphan = coffer(["keyslot", "remove", "--slot", "third", "--passfile", vault.passfile, vault.cipherdir])
         assertOK(orphan, "remove without the keyring")
-        XCTAssertTrue(orphan.stderr.contains("was not cleared") && orphan.stderr.contains("secret-tool clear vault \(vaultID)"), orphan.stderr)
+        XCTAssertTrue(orphan.stderr.contains("was not cleared") && orphan.stderr.contains("secret-tool clear -- vault \(vaultID)"), orphan.stderr)
         assertOK(coffer(["unlock", "--passfile", vault.passfile, vault.mountpoint]), "the passphrase still opens")
         vault.unmount()
     }
