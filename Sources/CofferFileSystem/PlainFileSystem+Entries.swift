@@ -173,10 +173,9 @@ extension PlainFileSystem {
                     try Sys.link(node.procPath, to: backing.name, in: dir.fd)
                 }
             } catch {
-                unbind?.undo()
+                unbind?()
                 throw error
             }
-            unbind?.finish()
             // The new name is the node's own inode: entered by its descriptor, no name opened.
             let st = try Sys.stat(node.fd)
             guard nodes.rememberAgain(node) else { return try enter(backing.name, in: dir, plainName: name) }
@@ -271,33 +270,31 @@ extension PlainFileSystem {
                 markRemovedThroughMount(target)
             }
             let exchanged = flags & RENAME_EXCHANGE != 0 ? target : nil
-            // Content moves to its new place (both ways for an exchange) before the rename;
-            // the headers' copies of the tags are written after it (Rebinding.finish).
-            var rebound: [Rebinding] = []
-            do {
-                if !(from === to && old == new.backing) {
-                    let place = Place(dirIV: try directoryIV(to, keys: keys), name: newName)
-                    if let moving, let rebinding = try rebind(.entry(old.name, in: from), stat: moving, shownAs: name, in: from,
-                                                              to: place, keys: keys) {
-                        rebound.append(rebinding)
-                    }
-                    if let exchanged,
-                       let rebinding = try rebind(.entry(new.name, in: to), stat: exchanged, shownAs: newName, in: to,
-                                                  to: Place(dirIV: try directoryIV(from, keys: keys), name: name), keys: keys) {
-                        rebound.append(rebinding)
-                    }
+            // Content moves to its new place (both ways for an exchange) before the rename.
+            var rebound: [() -> Void] = []
+            if !(from === to && old == new.backing) {
+                let place = Place(dirIV: try directoryIV(to, keys: keys), name: newName)
+                if let moving, let undo = try rebind(.entry(old.name, in: from), stat: moving, shownAs: name, in: from,
+                                                     to: place, keys: keys) {
+                    rebound.append(undo)
                 }
+                if let exchanged,
+                   let undo = try rebind(.entry(new.name, in: to), stat: exchanged, shownAs: newName, in: to,
+                                         to: Place(dirIV: try directoryIV(from, keys: keys), name: name), keys: keys) {
+                    rebound.append(undo)
+                }
+            }
+            do {
                 try renameReplacingEmptyDirectory(old.name, stat: moving, in: from, to: new.name, stat: target, in: to, flags: flags)
                 to.rememberEntry(newName)
                 // The nodes know their new names (an open checks the place by it).
                 if let moving, let node = nodes.known(moving) { node.setName(newName, parent: to) }
                 if let exchanged, let node = nodes.known(exchanged) { node.setName(name, parent: from) }
             } catch {
-                Rebinding.undo(rebound)
+                rebound.forEach { $0() }
                 new.abandon(in: to)
                 throw error
             }
-            Rebinding.finish(rebound)
             // With RENAME_EXCHANGE both names still exist; otherwise the old one is gone
             // (unless it was renamed onto itself).
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing) {

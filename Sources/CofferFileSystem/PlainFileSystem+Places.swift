@@ -161,7 +161,6 @@ extension PlainFileSystem {
     /// opened (copied there from outside) is now the caller's, and is bound there.
     func rebindEmptied(_ node: Node, fd: Int32, keys: Keys) throws {
         guard layout.endsInFinalBlock, let places = try candidatePlaces(node, keys: keys), let place = places.first else { return }
-        placeTags.settle(node.ino)
         let file = content(fd, of: node, keys: keys)
         let header = try file.header()
         if (try? PlaceBinding.check(header, places: places, xattrOf: nil, macs: keys.set.places)) != nil { return }
@@ -175,7 +174,6 @@ extension PlainFileSystem {
     /// the node was last entered under may be older than the file's).
     func checkPlaceAndLength(_ node: Node, fd: Int32, keys: Keys) throws {
         guard layout.endsInFinalBlock else { return }
-        placeTags.settle(node.ino)
         try reportingDamage(node) {
             // Not while a write of this inode is between its slots.
             let header = try node.contentLock.reading { try content(fd, of: node, keys: keys).checkedHeader() }
@@ -210,41 +208,24 @@ extension PlainFileSystem {
         }
     }
 
-    /// What a rebind did before its move: `undo` if the move failed (the old tags back,
-    /// or a descriptor let go), else `finish` once it is done (what may wait: a file's
-    /// header tag, PlaceTagWrites). Exactly one of them is called.
-    struct Rebinding {
-        var undo: () -> Void
-        var finish: () -> Void = {}
-
-        /// Each of `all`'s undos (a move failed), or each's finish (it succeeded).
-        static func undo(_ all: [Rebinding]) { all.forEach { $0.undo() } }
-        static func finish(_ all: [Rebinding]) { all.forEach { $0.finish() } }
-    }
-
     /// Before backing file `file` (shown as `name` in `dir`) moves to `place`, or (with
-    /// `place` nil) gets a hard link: records the new tag (the linked tag for a link) in
-    /// the place xattr, and for a move leaves the header's copy for `finish`, after it (a
-    /// link's header is written now); where the backing file system has no user xattrs,
-    /// writes the header durably now. For a
-    /// directory, into its IV files (`rebindDirectory`). Nil if nothing was written: not
-    /// a regular file or directory, no tags (format 1–3; format 4 for directories),
-    /// already linked, or content that does not belong where it is now (it keeps its tag,
-    /// so the move does not make it valid). `known`: the file's stat if the caller has
-    /// just made it.
+    /// `place` nil) gets a hard link: writes the new tag (the linked tag for a link); for
+    /// a directory, into its IV files (`rebindDirectory`). Returns what puts the old tag
+    /// back if the move fails, or nil if nothing was written: not a regular file or
+    /// directory, no tags (format 1–3; format 4 for directories), already linked, or
+    /// content that does not belong where it is now (it keeps its tag, so the move does
+    /// not make it valid). `known`: the file's stat if the caller has just made it.
     func rebind(_ file: BackingFile, stat known: stat? = nil, shownAs name: [UInt8], in dir: Node, to place: Place?,
-                keys: Keys) throws -> Rebinding? {
+                keys: Keys) throws -> (() -> Void)? {
         guard let st = known ?? (try? file.stat()) else { return nil }
         if st.st_mode & S_IFMT == S_IFDIR {
-            return try rebindDirectory(file, shownAs: name, in: dir, to: place, keys: keys).map { Rebinding(undo: $0) }
+            return try rebindDirectory(file, shownAs: name, in: dir, to: place, keys: keys)
         }
         guard layout.endsInFinalBlock, st.st_mode & S_IFMT == S_IFREG else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
                                          keys: keys)
         let macs = keys.set.places
-        // Its header as the last rename left it.
-        placeTags.settle(UInt64(st.st_ino))
-        return try withContentDescriptor(file, stat: st) { fd -> Rebinding? in
+        return try withContentDescriptor(file, stat: st) { fd in
             let content = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
             guard let header = try? content.header(), let old = header.placeTag,
                   (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else {
@@ -253,28 +234,12 @@ extension PlainFileSystem {
             let linked = try macs.linkedTag(fileID: header.fileID.bytes)
             if PlaceMAC.equal(old, linked) { return nil }
             let new = try place.map { try macs.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) } ?? linked
-            let times = [st.st_atim, st.st_mtim]
-            // A rename's header waits for the move: until it is written the xattr's new
-            // tag stands for it, as after a power cut between the two. A link's is
-            // written now: measured, the queue did not make links faster (each costs a
-            // descriptor and a worker's wake-up; docs/PERFORMANCE.md).
-            if place == nil {
-                try PlaceBinding.rewrite(content, from: old, to: new, keeping: times)
-            } else if try PlaceBinding.recordMove(fd, from: old, to: new) {
-                // Owned by the Rebinding: its undo or (through the queue) its finish closes it.
-                let later = try Sys.duplicate(fd)
-                return Rebinding(undo: { Sys.close(later) }, finish: { [placeTags] in
-                    placeTags.write(new, to: later, inode: UInt64(st.st_ino), keeping: times)
-                })
-            } else {
-                try content.setPlaceTag(new, keeping: times)
-                try Sys.fdatasync(fd)
-            }
-            return Rebinding(undo: { [layout] in
+            try PlaceBinding.rewrite(content, from: old, to: new, keeping: [st.st_atim, st.st_mtim])
+            return { [layout] in
                 try? self.withContentDescriptor(file, stat: st) {
                     try ContentFile(fd: $0, cipher: keys.set.content, layout: layout).setPlaceTag(old)
                 }
-            })
+            }
         }
     }
 

@@ -70,11 +70,9 @@ extension PlainFileSystem {
             let rebound = try rebind(.entry(backing, in: dir), shownAs: name, in: dir, to: Place(dirIV: iv, name: candidate), keys: keys)
             do {
                 try Sys.rename(backing, in: dir.fd, to: target.name, in: dir.fd, flags: RENAME_NOREPLACE)
-                rebound?.finish()
                 return candidate
-            } catch {
-                rebound?.undo()
-                guard (error as? Errno)?.code == EEXIST else { throw error }
+            } catch let error as Errno where error.code == EEXIST {
+                rebound?()
                 if wroteSidecar { NameTransform.removeSidecar(target, in: dir.fd) }
                 guard let next = ConflictName.display(original: name, markers: Array(" (\(n))".utf8)) else { throw error }
                 candidate = next

@@ -78,8 +78,6 @@ public final class PlainFileSystem: Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
-    /// Renamed files' header tags, written after the reply (PlaceTagWrites).
-    let placeTags: PlaceTagWrites
     /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
     let otherWriters: OtherWriters
     /// The keys while unlocked, and the count of operations running with them: atomics
@@ -177,7 +175,6 @@ public final class PlainFileSystem: Sendable {
         self.options = options
         self.hooks = hooks
         self.logger = logger
-        placeTags = PlaceTagWrites(logger: logger)
         // The root node is the vault's own directory, reached through its handle (never
         // by opening vault.path again, which may name another directory by now).
         let root = try vault.root.reopenDirectory(flags: O_PATH)
@@ -249,8 +246,6 @@ public final class PlainFileSystem: Sendable {
     public func lock(kernelCaches: Bool = true) {
         if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
         closeView()
-        // No rename runs now (the view is closed): the tags they left go to the disk.
-        placeTags.settleAll()
         // Nodes the kernel learnt during step 1 are in this fresh list too.
         if kernelCaches { knownNodes().filter { nodes.node($0).keptKey == nil }.forEach(hooks.invalidateNode) }
         forgetCachedEntries { parent, name in if kernelCaches { hooks.invalidateEntry(parent, name) } }
@@ -315,8 +310,6 @@ public final class PlainFileSystem: Sendable {
     /// made while locked), else EACCES. An operation refused at the gate while a lock is
     /// under way waits for the lock to decide which files keep their keys (milliseconds).
     func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) -> ContentCipher) throws -> R) throws -> R {
-        // A rename's tag is written before anything that follows it changes the file.
-        placeTags.settle(node.ino)
         if let keys = gate.enter() {
             defer { gate.leave() }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
@@ -465,7 +458,6 @@ public final class PlainFileSystem: Sendable {
     /// Drops the undo records that no crash can need any more (after a syncfs); for the
     /// daemon's clean exit. A state directory left with nothing in it goes too.
     public func finish() throws {
-        placeTags.settleAll()
         try journal?.trim()
         // A journal left after this means the mount did not end cleanly (UndoJournal.foundAtOpen).
         if journal?.removeIfEmpty() == true, let stateDirectory = options.stateDirectory {

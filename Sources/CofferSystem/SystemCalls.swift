@@ -134,12 +134,6 @@ public enum Sys {
     }
 
     /// fdatasync(2).
-    /// fcntl(F_DUPFD_CLOEXEC): a second descriptor of `fd`'s open file description, which
-    /// the caller owns (a close of either leaves the other open).
-    public static func duplicate(_ fd: Int32) throws -> Int32 {
-        try retryOnInterrupt("fcntl(F_DUPFD_CLOEXEC)") { fcntl(fd, F_DUPFD_CLOEXEC, 0) }
-    }
-
     public static func fdatasync(_ fd: Int32) throws {
         try retryOnInterrupt("fdatasync") { Glibc.fdatasync(fd) }
     }

@@ -115,14 +115,6 @@ public struct ContentFile {
     public func setPlaceTag(_ tag: [UInt8], keeping times: [timespec]? = nil) throws {
         precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize)
         let times = try times ?? { let before = try Sys.stat(fd); return [before.st_atim, before.st_mtim] }()
-        try Self.writePlaceTag(tag, to: fd, keeping: times)
-    }
-
-    /// Writes place tag `tag` into the header of backing file `fd` (format 4) and puts its
-    /// atime and mtime back to `times`: what a rebind leaves for after its rename. Needs
-    /// no key.
-    public static func writePlaceTag(_ tag: [UInt8], to fd: Int32, keeping times: [timespec]) throws {
-        precondition(tag.count == PlaceMAC.tagSize)
         try tag.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
         try Sys.setTimes(open: fd, times)
     }

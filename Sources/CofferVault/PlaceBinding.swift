@@ -87,25 +87,12 @@ public enum PlaceBinding {
     /// xattrs, the header is made durable instead, before the caller's rename. `times`:
     /// the file's atime and mtime, if the caller has them (else they are read).
     public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8], keeping times: [timespec]? = nil) throws {
-        if try recordMove(file.fd, from: oldTag, to: newTag) {
+        do {
+            try Sys.setXattr(file.fd, xattrName, oldTag + newTag, flags: 0)
             try file.setPlaceTag(newTag, keeping: times)
-        } else {
+        } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
             try file.setPlaceTag(newTag, keeping: times)
             try Sys.fdatasync(file.fd)
-        }
-    }
-
-    /// The first half of a rebind of backing file `fd`: the place xattr (old ‖ new), which
-    /// lets the file open at either place whatever its header holds. Then the header may
-    /// be written later (ContentFile.writePlaceTag), after the rename. False where the
-    /// backing file system has no user xattrs: the header must then be written and made
-    /// durable before the rename (`rewrite`).
-    public static func recordMove(_ fd: Int32, from oldTag: [UInt8], to newTag: [UInt8]) throws -> Bool {
-        do {
-            try Sys.setXattr(fd, xattrName, oldTag + newTag, flags: 0)
-            return true
-        } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
-            return false
         }
     }
 }
