@@ -317,11 +317,18 @@ public struct ContentCipher: Sendable {
     /// thread costs more than it saves.
     public static let parallelThreshold = 32
 
+    /// Whether long runs are split across the cores at all: not by ipsec-mb, which seals
+    /// a 1 MiB request in about 120 µs on one core. Measured (docs/PERFORMANCE.md,
+    /// 2026-11-26 late night): split, its streaming reads were 0.69–0.82 of unsplit ones
+    /// and cost 30–40 % more daemon CPU, on both transports, writes level; libsodium's
+    /// XChaCha20 (1.3 GB/s) still reads 1.2× faster and writes 1.1× faster split.
+    public var splitsLongRuns: Bool { engine != .ipsecMB }
+
     /// Like `seal`, with long runs split across the CPU cores.
     public func sealInParallel(_ plaintext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
                                into ciphertext: UnsafeMutableRawBufferPointer) throws {
         let blocks = (plaintext.count + Self.blockSize - 1) / Self.blockSize
-        let parts = Self.parts(blocks)
+        let parts = splitsLongRuns ? Self.parts(blocks) : 1
         guard parts > 1 else { return try seal(plaintext, firstBlock: firstBlock, fileID: fileID, into: ciphertext) }
         let perPart = (blocks + parts - 1) / parts
         try withBlockKey(fileID: fileID) { key in
@@ -346,7 +353,7 @@ public struct ContentCipher: Sendable {
     public func openInParallel(_ ciphertext: UnsafeRawBufferPointer, firstBlock: UInt64, fileID: FileID,
                                into plaintext: UnsafeMutableRawBufferPointer) throws -> Int {
         let blocks = (ciphertext.count + Self.cipherBlockSize - 1) / Self.cipherBlockSize
-        let parts = Self.parts(blocks)
+        let parts = splitsLongRuns ? Self.parts(blocks) : 1
         guard parts > 1 else { return try open(ciphertext, firstBlock: firstBlock, fileID: fileID, into: plaintext) }
         let perPart = (blocks + parts - 1) / parts
         let failures = UnsafeMutableBufferPointer<CryptoError?>.allocate(capacity: parts)

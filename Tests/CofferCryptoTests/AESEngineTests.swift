@@ -86,6 +86,15 @@ final class AESEngineTests: XCTestCase {
         }
     }
 
+    /// ipsec-mb seals and opens a long run on the calling thread; libsodium's engines
+    /// split it across the cores (measured both ways: docs/PERFORMANCE.md).
+    func testOnlyLibsodiumSplitsLongRunsAcrossTheCores() throws {
+        let (sodium, intel) = try ciphers()
+        XCTAssertFalse(intel.splitsLongRuns)
+        XCTAssertTrue(sodium.splitsLongRuns)
+        XCTAssertTrue(ContentCipher(key: SecureBytes.random(count: 32), algorithm: .xchacha20poly1305).splitsLongRuns)
+    }
+
     /// COFFER_AES_ENGINE names the engine; a name that is no engine, or one that does not
     /// run here, leaves libsodium, and the reason says so.
     func testTheEnvironmentForcesAnEngine() throws {
