@@ -312,9 +312,9 @@ public struct ContentCipher: Sendable {
         }
     }
 
-    /// Runs of at least this many blocks are split across the CPU cores: 128 KiB, the
-    /// size of the kernel's readahead requests. Below that, handing work to another
-    /// thread costs more than it saves.
+    /// Runs of at least this many blocks are split across the CPU cores, by the engines
+    /// that split at all (`splitsLongRuns`): 128 KiB, the size of the kernel's readahead
+    /// requests. Below that, handing work to another thread costs more than it saves.
     public static let parallelThreshold = 32
 
     /// Whether long runs are split across the cores at all: not by ipsec-mb, which seals
