@@ -56,7 +56,7 @@ final class ProtectionClassTests: EndToEndCase {
     func testAClassFileFromElsewhereIsDamageAndConflictCopiesAreSettled() {
         let vault = mountedVault()
         assertOK(vault.sh("mkdir a b && '\(Harness.coffer)' protect --class unless-open a > /dev/null"), "setup")
-        let dirs = Harness.sh("cd '\(vault.cipherdir)' && ls -d */ | tr -d /").stdout.split(separator: "\n").map(String.init)
+        let dirs = Harness.sh("cd '\(vault.cipherdir)' && find . -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%f\\n'").stdout.split(separator: "\n").map(String.init)
         XCTAssertEqual(dirs.count, 2)
         let withClass = dirs.first { FileManager.default.fileExists(atPath: "\(vault.cipherdir)/\($0)/coffer.class") }!
         let other = dirs.first { $0 != withClass }!
@@ -71,8 +71,8 @@ final class ProtectionClassTests: EndToEndCase {
         // A conflict copy beside the class file: the mount still reads the class; the
         // owner's next setting removes the copy.
         assertOK(Harness.sh("""
-            cd '\(vault.cipherdir)' && rm '\(other)/coffer.class'
-            cp '\(withClass)/coffer.class' '\(withClass)/coffer.sync-conflict-20261126-120000-ABCDEFG.class'
+            cd '\(vault.cipherdir)' && rm './\(other)/coffer.class'
+            cp './\(withClass)/coffer.class' './\(withClass)/coffer.sync-conflict-20261126-120000-ABCDEFG.class'
             """), "copy")
         vault.mount()
         let s = vault.sh("""
@@ -436,7 +436,7 @@ final class ProtectionClassTests: EndToEndCase {
     func testAPlantedDropIsDamageNotAFile() {
         let vault = mountedVault()
         assertOK(vault.sh("mkdir bg && echo real > bg/real"), "setup")
-        let dir = Harness.sh("cd '\(vault.cipherdir)' && ls -d */ | tr -d /").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let dir = Harness.sh("cd '\(vault.cipherdir)' && find . -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let planted = "coffer.drop." + String(repeating: "A", count: 86)
         assertOK(Harness.sh("echo planted > '\(vault.cipherdir)/\(dir)/\(planted)'"), "plant")
         let r = vault.sh("ls bg; cat bg/real")
