@@ -237,12 +237,18 @@ public final class ControlServer: Sendable {
     /// reset connection), then the refusal is sent and the connection closed.
     private func refuse(_ fd: Int32, uid: uid_t?, _ acceptance: inout Acceptance) {
         var scratch = [UInt8](repeating: 0, count: 4096)
-        let discard = { scratch.withUnsafeMutableBytes { ((try? Sys.receiveAvailable(fd, into: $0)) ?? 0) > 0 } }
-        for _ in 0..<17 where discard() {}
+        // What has arrived, 4 KiB at a time, up to 17 reads: stops at the first that
+        // finds nothing (the flood path makes no read it does not need).
+        let drain = {
+            for _ in 0..<17 {
+                guard scratch.withUnsafeMutableBytes({ ((try? Sys.receiveAvailable(fd, into: $0)) ?? 0) > 0 }) else { return }
+            }
+        }
+        drain()
         UnixSocket.setTimeout(fd, seconds: 1)
         reply(fd, .failure(ControlError.permissionDenied, "only the mount's owner may use its control socket"))
         shutdown(fd, Int32(SHUT_WR))
-        for _ in 0..<17 where discard() {}
+        drain()
         close(fd)
         acceptance.refusals += 1
         let refusals = acceptance.refusals

@@ -157,6 +157,35 @@ class EndToEndCase: XCTestCase {
                                    "--passfile", passfile, dir])
         return (dir, outcome)
     }
+
+    /// The system calls `calls` (strace's `trace=` list) that process `pid` makes, in
+    /// any of its threads, while `body` runs: strace's lines. strace is attached to
+    /// every thread before `body` starts, and stopped when this returns.
+    func tracing(_ pid: Int32, calls: String, during body: () -> Void) throws -> [Substring] {
+        let trace = scratch.path + "/trace-\(pid)-\(calls)"
+        let strace = Process()
+        strace.executableURL = URL(fileURLWithPath: "/usr/bin/strace")
+        strace.arguments = ["-f", "-qq", "-e", "trace=" + calls, "-o", trace, "-p", "\(pid)"]
+        try strace.run()
+        defer { if strace.isRunning { strace.interrupt() }; strace.waitUntilExit() }
+        // strace writes nothing until a call is traced: wait until it has attached to
+        // every thread (each of the daemon's threads shows it as its tracer).
+        let deadline = Date().addingTimeInterval(10)
+        func allTraced() -> Bool {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return !tasks.isEmpty && tasks.allSatisfy { task in
+                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+                return status.contains("TracerPid:\t\(strace.processIdentifier)\n")
+            }
+        }
+        while !allTraced() && Date() < deadline { usleep(20_000) }
+        XCTAssertTrue(allTraced(), "strace did not attach to every thread of process \(pid)")
+        body()
+        usleep(200_000)
+        strace.interrupt()
+        strace.waitUntilExit()
+        return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")
+    }
 }
 
 extension Harness {

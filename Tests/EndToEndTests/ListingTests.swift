@@ -7,30 +7,10 @@ final class ListingTests: EndToEndCase {
         let vault = mountedVault()
         assertOK(vault.sh("mkdir d && cd d && for i in $(seq 300); do : > file-$i; done"), "fill")
         let pid = try XCTUnwrap(vault.daemonPID)
-        let trace = scratch.path + "/trace"
-        let strace = Process()
-        strace.executableURL = URL(fileURLWithPath: "/usr/bin/strace")
-        strace.arguments = ["-f", "-qq", "-e", "trace=getdents64", "-o", trace, "-p", "\(pid)"]
-        try strace.run()
-        defer { if strace.isRunning { strace.interrupt() }; strace.waitUntilExit() }
-        // strace writes nothing until a call is traced: wait until it has attached to
-        // every thread (each of the daemon's threads shows it as its tracer).
-        let deadline = Date().addingTimeInterval(10)
-        func allTraced() -> Bool {
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            return !tasks.isEmpty && tasks.allSatisfy { task in
-                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
-                return status.contains("TracerPid:\t\(strace.processIdentifier)\n")
-            }
-        }
-        while !allTraced() && Date() < deadline { usleep(20_000) }
-        XCTAssertTrue(allTraced(), "strace did not attach to every thread of the daemon")
-        let listed = vault.sh("ls -f d | wc -l")
-        XCTAssertEqual(listed.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "302", listed.stderr)
-        usleep(200_000)
-        strace.interrupt()
-        strace.waitUntilExit()
-        let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").filter { $0.contains("getdents64(") }
+        let calls = try tracing(pid, calls: "getdents64") {
+            let listed = vault.sh("ls -f d | wc -l")
+            XCTAssertEqual(listed.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "302", listed.stderr)
+        }.filter { $0.contains("getdents64(") }
         // One pass: getdents64 calls that return entries, then one that returns 0.
         let ends = calls.filter { $0.hasSuffix("= 0") }
         XCTAssertEqual(ends.count, 1, "the directory was read \(ends.count) times:\n" + calls.joined(separator: "\n"))
