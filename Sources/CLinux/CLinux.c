@@ -41,6 +41,10 @@ int clinux_write_out(int fd) {
     return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 }
 
+int clinux_start_write_out(int fd, off_t offset, off_t length) {
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+}
+
 int clinux_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
 
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }

@@ -14,6 +14,8 @@ final class OpenFile {
     let writable: Bool
     /// O_SYNC or O_DSYNC: each write is on the disk when it returns.
     let synchronous: Bool
+    /// The writes' sequential runs (changed under the node's content lock).
+    var writeBehind = WriteBehind()
 
     init(node: Node, fd: consuming FileDescriptor, writable: Bool, synchronous: Bool = false) {
         self.node = node
@@ -156,12 +158,21 @@ extension PlainFileSystem {
                 try file.node.contentLock.writing {
                     try content(file.fd, of: file.node, cipher: cipher(file.fd),
                                 safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
+                    startWriteBehind(file, wrote: data.count, at: offset)
                 }
             }
             try refuseIfRemovedByOthers(file)
             if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { attributesChanged(nodes.id(of: file.node)) }
             return data.count
         }
+    }
+
+    /// Starts the disk on the backing bytes of a long sequential run of `file`'s writes
+    /// (WriteBehind); a failure to start it changes nothing the write promised.
+    private func startWriteBehind(_ file: OpenFile, wrote count: Int, at offset: Int64) {
+        guard !file.synchronous, let range = file.writeBehind.wrote(count, at: offset),
+              let (start, length) = WriteBehind.backingRange(of: range, layout: layout) else { return }
+        try? Sys.startWriteOut(file.fd, offset: start, length: length)
     }
 
     /// Clears setuid, and setgid where it grants something, as the kernel does after a

@@ -56,6 +56,12 @@ extension Sys {
         try retryOnInterrupt("sync_file_range") { clinux_write_out(fd) }
     }
 
+    /// sync_file_range(2) of `length` bytes at `offset` with SYNC_FILE_RANGE_WRITE only:
+    /// the disk starts writing the range's dirty pages; nothing is waited for.
+    public static func startWriteOut(_ fd: Int32, offset: Int64, length: Int64) throws {
+        try retryOnInterrupt("sync_file_range") { clinux_start_write_out(fd, off_t(offset), off_t(length)) }
+    }
+
     /// syncfs(2): every file of the file system holding `fd` reaches the disk.
     public static func syncFileSystem(_ fd: Int32) throws {
         try retryOnInterrupt("syncfs") { clinux_syncfs(fd) }

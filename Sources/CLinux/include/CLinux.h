@@ -49,6 +49,9 @@ int clinux_syncfs(int fd);
 /// sync_file_range(fd, 0, 0, WAIT_BEFORE | WRITE | WAIT_AFTER): the file's dirty pages are
 /// written to the disk (no metadata, no cache flush) before this returns.
 int clinux_write_out(int fd);
+/// sync_file_range(fd, offset, length, WRITE): writeback of the range's dirty pages is
+/// started (not waited for).
+int clinux_start_write_out(int fd, off_t offset, off_t length);
 /// pipe2(2): fds[0] is the read end, fds[1] the write end.
 int clinux_pipe2(int fds[2], int flags);
 int clinux_malloc_trim(size_t pad);

@@ -1,0 +1,50 @@
+// Starting the backing file's writeback behind a long run of sequential writes.
+import CofferSystem
+import CofferVault
+
+/// Follows the writes of one open file and says when to start the disk on what a long
+/// sequential run has written so far (sync_file_range with SYNC_FILE_RANGE_WRITE, which
+/// waits for nothing). Without it the backing file's pages wait in the page cache until
+/// the kernel's dirty limits or the writer's fsync, and a large copy ending in fsync
+/// spends its last third with the CPUs idle while the disk catches up. Short files and
+/// rewrites in place (databases, temporary files that are gone in a moment) are never
+/// started early: only a run of `Self.runBeforeStart` sequential bytes is. The kernel may
+/// write any page at any time anyway, so the format's safety does not depend on this.
+/// Not thread-safe: the caller holds the node's content lock for writing.
+struct WriteBehind {
+    /// A run starts its writeback once it is this long (plaintext bytes)…
+    static let runBeforeStart: Int64 = 8 << 20
+    /// … and then each time it has grown by this much.
+    static let step: Int64 = 4 << 20
+
+    /// Where the current run's next write would start (-1: no run yet).
+    private var next: Int64 = -1
+    /// Where the current run started.
+    private var runStart: Int64 = 0
+    /// Plaintext offset up to which writeback has been started.
+    private var started: Int64 = 0
+
+    /// Records a write of `count` bytes at `offset`; returns the plaintext range whose
+    /// backing bytes should now start to be written out, if any.
+    mutating func wrote(_ count: Int, at offset: Int64) -> Range<Int64>? {
+        if offset != next {
+            runStart = offset
+            started = offset
+        }
+        next = offset + Int64(count)
+        guard next - runStart >= Self.runBeforeStart, next - started >= Self.step else { return nil }
+        defer { started = next }
+        return started..<next
+    }
+
+    /// The backing file's bytes that hold plaintext range `range`'s whole blocks (the
+    /// last block, which the next write may still complete, is left for later), in
+    /// whole pages.
+    static func backingRange(of range: Range<Int64>, layout: BlockLayout) -> (offset: Int64, length: Int64)? {
+        let first = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: range.lowerBound))
+        let end = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: range.upperBound))
+        let page: Int64 = 4096
+        let start = first / page * page, stop = end / page * page
+        return stop > start ? (start, stop - start) : nil
+    }
+}

@@ -1,0 +1,67 @@
+// The disk started behind a long sequential write (WriteBehind), and only there: the
+// daemon's sync_file_range calls, read off strace.
+import Foundation
+import XCTest
+
+final class WriteBehindTests: EndToEndCase {
+    /// The daemon's writeback starts of backing files during `body`: (offset, length).
+    private func starts(_ vault: MountedVault, during body: () -> Void) throws -> [(Int64, Int64)] {
+        let pid = try XCTUnwrap(vault.daemonPID)
+        let calls = try tracing(pid, calls: "sync_file_range", during: body).filter { $0.contains("sync_file_range(") }
+        // Only starts: a call that waits (an fsync's write-out) is not what this is about.
+        return calls.filter { $0.contains(", SYNC_FILE_RANGE_WRITE)") }.map { call in
+            let fields = call.split(separator: "(", maxSplits: 1)[1].split(separator: ",")
+            return (Int64(fields[1].trimmingCharacters(in: .whitespaces)) ?? -1,
+                    Int64(fields[2].trimmingCharacters(in: .whitespaces)) ?? -1)
+        }
+    }
+
+    func testALongSequentialWriteStartsTheDiskBehindItInOrder() throws {
+        let vault = mountedVault()
+        let source = scratch.path + "/source"
+        assertOK(Harness.sh("head -c 40M /dev/urandom > '\(source)'"), "source")
+        let started = try starts(vault) {
+            assertOK(vault.sh("dd if='\(source)' of=stream bs=1M status=none"), "stream")
+        }
+        // 40 MiB: from 8 MiB on, every 4 MiB; none waits, each in whole pages, each where
+        // the one before ended, none reaching the run's last block.
+        XCTAssertGreaterThanOrEqual(started.count, 7, "\(started)")
+        XCTAssertLessThanOrEqual(started.count, 9, "\(started)")
+        for (index, (offset, length)) in started.enumerated() {
+            XCTAssertEqual(offset % 4096, 0)
+            XCTAssertEqual(length % 4096, 0)
+            XCTAssertGreaterThan(length, 0)
+            if index > 0 {
+                let before = started[index - 1]
+                XCTAssertEqual(offset, before.0 + before.1, "\(started)")
+            }
+        }
+        let size = Int64(try XCTUnwrap(vault.sh("stat -c %s \"$(find \"$C\" -type f -size +1M)\"").stdout
+                .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").first.flatMap { Int64($0) }))
+        XCTAssertLessThan(started.last.map { $0.0 + $0.1 } ?? 0, size)
+        XCTAssertGreaterThan(started.last.map { $0.0 + $0.1 } ?? 0, size - (5 << 20))
+        // What was written reads back.
+        assertOK(vault.sh("cmp stream '\(source)'"), "stream read back")
+    }
+
+    func testShortFilesRewritesInPlaceAndSynchronousWritesAreLeftToTheKernel() throws {
+        let vault = mountedVault()
+        assertOK(vault.sh("truncate -s 32M db"), "sparse file")
+        let started = try starts(vault) {
+            // Files up to the run's threshold, one write or many.
+            assertOK(vault.sh("dd if=/dev/zero of=short bs=1M count=7 status=none"), "short")
+            assertOK(vault.sh("for i in $(seq 40); do head -c 64K /dev/zero > small-$i; done"), "small files")
+            // 4 KiB writes in a 32 MiB file at offsets that never follow one another.
+            assertOK(vault.sh("""
+                python3 -c '
+                import os, random
+                fd = os.open("db", os.O_WRONLY); r = random.Random(7); block = os.urandom(4096)
+                for _ in range(3000): os.pwrite(fd, block, r.randrange(0, 8192, 2) * 4096)
+                os.close(fd)'
+                """), "rewrites")
+            // O_DSYNC: every write is on the disk when it returns.
+            assertOK(vault.sh("dd if=/dev/zero of=synced bs=1M count=12 oflag=dsync status=none"), "synchronous")
+        }
+        XCTAssertEqual(started.count, 0, "writeback started for: \(started)")
+    }
+}
