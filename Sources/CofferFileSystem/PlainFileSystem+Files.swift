@@ -154,25 +154,26 @@ extension PlainFileSystem {
             // replacement in the middle of the write (then its bytes are in the orphan,
             // unacknowledged).
             try refuseIfRemovedByOthers(file)
-            try reportingDamage(file.node) {
+            let runSoFar = try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
                     try content(file.fd, of: file.node, cipher: cipher(file.fd),
                                 safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
-                    startWriteBehind(file, wrote: data.count, at: offset)
+                    return file.synchronous ? nil : file.writeBehind.wrote(data.count, at: offset)
                 }
             }
+            if let runSoFar { startWriteBehind(file.node, runSoFar) }
             try refuseIfRemovedByOthers(file)
             if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { attributesChanged(nodes.id(of: file.node)) }
             return data.count
         }
     }
 
-    /// Starts the disk on the backing bytes of a long sequential run of `file`'s writes
-    /// (WriteBehind); a failure to start it changes nothing the write promised.
-    private func startWriteBehind(_ file: OpenFile, wrote count: Int, at offset: Int64) {
-        guard !file.synchronous, let range = file.writeBehind.wrote(count, at: offset),
-              let (start, length) = WriteBehind.backingRange(of: range, layout: layout) else { return }
-        try? Sys.startWriteOut(file.fd, offset: start, length: length)
+    /// Has the disk start on the backing bytes of plaintext `range` of `node`, the part of
+    /// a long sequential run that WriteBehind handed out; a failure changes nothing the
+    /// write promised.
+    private func startWriteBehind(_ node: Node, _ range: Range<Int64>) {
+        guard let (offset, length) = WriteBehind.backingRange(of: range, layout: layout) else { return }
+        writeBehindStarts.start(node, offset: offset, length: length)
     }
 
     /// Clears setuid, and setgid where it grants something, as the kernel does after a

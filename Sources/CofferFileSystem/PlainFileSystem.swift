@@ -78,6 +78,8 @@ public final class PlainFileSystem: Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
+    /// The writeback started behind long sequential writes (WriteBehind).
+    let writeBehindStarts = WriteBehindStarts()
     /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
     let otherWriters: OtherWriters
     /// The keys while unlocked, and the count of operations running with them: atomics
@@ -102,7 +104,7 @@ public final class PlainFileSystem: Sendable {
     ///               Node.opened (lockDecision is only waited for, never held then)
     ///
     /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
-    /// VolatileBlocks, DurableDirectories, UndoJournal.state. NodeTable.table and
+    /// VolatileBlocks, DurableDirectories, UndoJournal.state, WriteBehindStarts.waiting. NodeTable.table and
     /// Node.state may be taken with or without Node.contentLock held. The in-flight count
     /// is the workers' shared hold on the keys: `lock()` closes the gate and then waits
     /// (up to `lockWaitBound`) for the count to drain, which is what excludes workers.
@@ -456,8 +458,10 @@ public final class PlainFileSystem: Sendable {
     }
 
     /// Drops the undo records that no crash can need any more (after a syncfs); for the
-    /// daemon's clean exit. A state directory left with nothing in it goes too.
+    /// daemon's clean exit. A state directory left with nothing in it goes too, and the
+    /// write-behind thread ends.
     public func finish() throws {
+        writeBehindStarts.stop()
         try journal?.trim()
         // A journal left after this means the mount did not end cleanly (UndoJournal.foundAtOpen).
         if journal?.removeIfEmpty() == true, let stateDirectory = options.stateDirectory {

@@ -1,6 +1,9 @@
 // Starting the backing file's writeback behind a long run of sequential writes.
 import CofferSystem
 import CofferVault
+import Dispatch
+import Glibc
+import Synchronization
 
 /// Follows the writes of one open file and says when to start the disk on what a long
 /// sequential run has written so far (sync_file_range with SYNC_FILE_RANGE_WRITE, which
@@ -46,5 +49,68 @@ struct WriteBehind {
         let page: Int64 = 4096
         let start = first / page * page, stop = end / page * page
         return stop > start ? (start, stop - start) : nil
+    }
+}
+
+/// Starts the writeback WriteBehind asks for on a thread of its own (`coffer-wbehind`,
+/// started at the first), so that a write request never waits for the disk's queue: on
+/// a slow disk whose queue is full, `sync_file_range` blocks until there is room, which
+/// would hold the writer up long before the kernel's dirty limits would. The thread
+/// opens the file afresh, read-only, through its node: a duplicate of the writer's
+/// descriptor would keep the open file alive past the writer's close, and delay the
+/// IN_CLOSE_WRITE that a sync engine waits for. Ranges of one file that follow one
+/// another are merged while they wait.
+final class WriteBehindStarts: Sendable {
+    private struct Waiting {
+        var ranges: [(node: Node, offset: Int64, length: Int64)] = []
+        var threadStarted = false
+        var stopped = false
+    }
+    private let waiting = Mutex(Waiting())
+    /// Signalled once per range queued (a merged one too), and at stop.
+    private let ready = DispatchSemaphore(value: 0)
+
+    init() {}
+
+    /// Queues the backing bytes `offset..<offset+length` of `node` to be started.
+    func start(_ node: Node, offset: Int64, length: Int64) {
+        let startThread: Bool? = waiting.withLock { waiting in
+            guard !waiting.stopped else { return nil }
+            if let last = waiting.ranges.last, last.node === node, last.offset + last.length == offset {
+                waiting.ranges[waiting.ranges.count - 1].length += length
+            } else {
+                waiting.ranges.append((node, offset, length))
+            }
+            defer { waiting.threadStarted = true }
+            return !waiting.threadStarted
+        }
+        guard let startThread else { return }
+        if startThread { BackgroundThread.start("coffer-wbehind") { [self] in run() } }
+        ready.signal()
+    }
+
+    /// Drops what waits and ends the thread (at unmount: the daemon's closing sync writes
+    /// everything anyway).
+    func stop() {
+        waiting.withLock { waiting in
+            waiting.stopped = true
+            waiting.ranges = []
+        }
+        ready.signal()
+    }
+
+    private func run() {
+        while true {
+            ready.wait()
+            let next: (node: Node, offset: Int64, length: Int64)?? = waiting.withLock { waiting in
+                if waiting.stopped { return nil }
+                return waiting.ranges.isEmpty ? .some(nil) : waiting.ranges.removeFirst()
+            }
+            guard let next else { return }
+            // A signal whose range was merged into one already taken finds nothing.
+            guard let (node, offset, length) = next,
+                  let fd = try? FileDescriptor.open(node.procPath, flags: O_RDONLY) else { continue }
+            try? Sys.startWriteOut(fd.rawValue, offset: offset, length: length)
+        }
     }
 }
