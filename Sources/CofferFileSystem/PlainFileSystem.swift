@@ -104,10 +104,11 @@ public final class PlainFileSystem: Sendable {
     ///               Node.opened (lockDecision is only waited for, never held then)
     ///
     /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
-    /// VolatileBlocks, DurableDirectories, UndoJournal.state, WriteBehindStarts.waiting. NodeTable.table and
-    /// Node.state may be taken with or without Node.contentLock held. The in-flight count
-    /// is the workers' shared hold on the keys: `lock()` closes the gate and then waits
-    /// (up to `lockWaitBound`) for the count to drain, which is what excludes workers.
+    /// VolatileBlocks, DurableDirectories, UndoJournal.state, WriteBehindStarts.waiting.
+    /// NodeTable.table and Node.state may be taken with or without Node.contentLock held.
+    /// The in-flight count is the workers' shared hold on the keys: `lock()` closes the
+    /// gate and then waits (up to `lockWaitBound`) for the count to drain, which is what
+    /// excludes workers.
     private let gate = KeyGate<Keys>()
     /// Held by a lock from closing the gate until the files that keep their keys have
     /// them (`closeView`); an operation refused at the gate takes it to wait for that.

@@ -7,7 +7,7 @@ import Synchronization
 
 /// Follows the writes of one open file and says when to start the disk on what a long
 /// sequential run has written so far (sync_file_range with SYNC_FILE_RANGE_WRITE, which
-/// waits for nothing). Without it the backing file's pages wait in the page cache until
+/// waits for no page to be written; WriteBehindStarts makes the call). Without it the backing file's pages wait in the page cache until
 /// the kernel's dirty limits or the writer's fsync, and a large copy ending in fsync
 /// spends its last third with the CPUs idle while the disk catches up. Short files and
 /// rewrites in place (databases, temporary files that are gone in a moment) are never
@@ -58,7 +58,8 @@ struct WriteBehind {
 /// would hold the writer up long before the kernel's dirty limits would. The thread
 /// opens the file afresh, read-only, through its node: a duplicate of the writer's
 /// descriptor would keep the open file alive past the writer's close, and delay the
-/// IN_CLOSE_WRITE that a sync engine waits for. Ranges of one file that follow one
+/// IN_CLOSE_WRITE that a sync engine waits for (a file its owner may not read, opened by
+/// a daemon that is not root, is left to the kernel). Ranges of one file that follow one
 /// another are merged while they wait.
 final class WriteBehindStarts: Sendable {
     private struct Waiting {
