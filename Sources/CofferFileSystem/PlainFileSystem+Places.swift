@@ -18,12 +18,13 @@ extension PlainFileSystem {
     /// (format 6) one holding the key from its key record. A record that cannot be read
     /// leaves the vault's cipher, under which the blocks then fail as damage.
     func contentCipher(_ fd: Int32, of node: Node, keys: Keys) -> ContentCipher {
-        guard let drops = keys.set.drops, node.isRegular,
-              let id = try? ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs).fileID() else {
+        let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs)
+        guard let drops = keys.set.drops, node.isRegular, let (known, read) = try? file.fileIDAndHeader(), let id = known else {
             return keys.set.content
         }
         let sealed = node.sealedCipher(for: id) { () -> ContentCipher? in
-            guard (try? ContentFile(fd: fd, cipher: keys.set.content, layout: layout).header().isSealed) == true else { return nil }
+            // The header just read for the ID, if it was (a new file's first write).
+            guard (try? read ?? file.header())?.isSealed == true else { return nil }
             do {
                 let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: drops)
                 return ContentCipher.sealedFile(key: key, algorithm: keys.set.content.algorithm, fileID: id)

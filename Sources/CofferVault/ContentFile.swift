@@ -77,12 +77,15 @@ public struct ContentFile {
 
     /// The file ID from the header, or nil for an empty file (up to format 3; from format
     /// 4 every file has a header).
-    public func fileID() throws -> FileID? {
-        if let id = ids.fileID { return id }
-        if !layout.endsInFinalBlock, try Sys.stat(fd).st_size == 0 { return nil }
+    public func fileID() throws -> FileID? { try fileIDAndHeader().id }
+
+    /// `fileID()`, with the header if it had to be read for it (nil when the ID was known).
+    public func fileIDAndHeader() throws -> (id: FileID?, header: FileHeader?) {
+        if let id = ids.fileID { return (id, nil) }
+        if !layout.endsInFinalBlock, try Sys.stat(fd).st_size == 0 { return (nil, nil) }
         let header = try header()
         ids.fileID = header.fileID
-        return header.fileID
+        return (header.fileID, header)
     }
 
     /// Makes the header of an empty file up to format 3.

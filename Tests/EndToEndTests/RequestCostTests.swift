@@ -1,0 +1,25 @@
+// The backing-file calls a request makes, read off strace, where a change took one away
+// (docs/PERFORMANCE.md says what each costs).
+import Foundation
+import XCTest
+
+final class RequestCostTests: EndToEndCase {
+    /// The first write of a new file needs its header for two things (its ID, and
+    /// whether a lock sealed it to a key of its own); it is read once.
+    func testTheFirstWriteOfANewFileReadsItsHeaderOnce() throws {
+        let vault = mountedVault()
+        assertOK(vault.sh("mkdir d"), "mkdir")
+        let pid = try XCTUnwrap(vault.daemonPID)
+        let reads = try tracing(pid, calls: "pread64") {
+            assertOK(vault.sh("""
+                python3 -c '
+                block = bytes(4096)
+                for i in range(3):
+                    with open("d/new-%d" % i, "wb") as f: f.write(block)'
+                """), "three new files")
+        }.filter { $0.contains("pread64(") }
+        // The header: version, file ID and place tag, the first 34 bytes (FORMAT.md §4).
+        let headerReads = reads.filter { $0.hasSuffix(", 34, 0) = 34") }
+        XCTAssertEqual(headerReads.count, 3, "header reads:\n" + reads.joined(separator: "\n"))
+    }
+}
