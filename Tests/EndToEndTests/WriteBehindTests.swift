@@ -29,6 +29,7 @@ final class WriteBehindTests: EndToEndCase {
         assertOK(Harness.sh("head -c 40M /dev/urandom > '\(source)'"), "source")
         let started = try starts(vault) {
             assertOK(vault.sh("dd if='\(source)' of=stream bs=1M status=none"), "stream")
+            usleep(500_000)  // the thread's last start, on a slow machine
         }
         // 40 MiB: from 8 MiB on, every 4 MiB (fewer calls if some waited for the thread
         // and were merged); none waits, each in whole pages, the first from the file's
