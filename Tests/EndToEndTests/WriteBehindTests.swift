@@ -46,8 +46,8 @@ final class WriteBehindTests: EndToEndCase {
                 XCTAssertEqual(offset, before.0 + before.1, "\(started)")
             }
         }
-        let size = Int64(try XCTUnwrap(vault.sh("stat -c %s \"$(find \"$C\" -type f -size +1M)\"").stdout
-                .trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").first.flatMap { Int64($0) }))
+        let size = try XCTUnwrap(vault.sh("stat -c %s \"$(find \"$C\" -type f -size +1M)\"").stdout
+                .split(separator: "\n").first.flatMap { Int64($0) })
         XCTAssertLessThan(started.last.map { $0.0 + $0.1 } ?? 0, size)
         XCTAssertGreaterThan(started.last.map { $0.0 + $0.1 } ?? 0, size - (5 << 20))
         // What was written reads back.
