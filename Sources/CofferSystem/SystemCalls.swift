@@ -230,27 +230,24 @@ public enum Sys {
         return Array(out.prefix(n))
     }
 
-    /// Reads a whole file to its end with read(2): /proc files such as mountinfo are
-    /// generated a page at a time and must be read until read returns 0.
-    public static func readToEnd(_ path: String) throws -> [UInt8] {
-        let fd = try FileDescriptor.open(path, flags: O_RDONLY)
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        while true {
-            let n = try chunk.withUnsafeMutableBytes { buffer in
-                try retryOnInterrupt("read \(path)") { Glibc.read(fd.rawValue, buffer.baseAddress, buffer.count) }
-            }
-            if n == 0 { return out }
-            out += chunk.prefix(n)
-        }
-    }
-
     /// An entry of a backing directory as getdents reports it.
     public struct DirectoryEntry {
         public let name: String
         public let ino: UInt64
         /// d_type (DT_REG, DT_DIR, …).
         public let type: UInt8
+
+        /// The entry the kernel (through readdir) laid out at `entry`. A `dirent` is only
+        /// as long as its name: `d_name` is read in place, up to its NUL, never copied as
+        /// the 256-byte field Swift imports (that reads past a short entry's end, into an
+        /// unmapped page when the entry ends one).
+        public init(_ entry: UnsafePointer<dirent>) {
+            let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+            let start = UnsafeRawPointer(entry).advanced(by: offset).assumingMemoryBound(to: CChar.self)
+            name = String(cString: start)
+            ino = UInt64(entry.pointee.d_ino)
+            type = entry.pointee.d_type
+        }
     }
 
     /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
@@ -262,12 +259,8 @@ public enum Sys {
         defer { closedir(stream) }
         var entries: [DirectoryEntry] = []
         while let entry = readdir(stream) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if name != "." && name != ".." {
-                entries.append(DirectoryEntry(name: name, ino: UInt64(entry.pointee.d_ino), type: entry.pointee.d_type))
-            }
+            let found = DirectoryEntry(entry)
+            if found.name != "." && found.name != ".." { entries.append(found) }
         }
         return entries
     }
