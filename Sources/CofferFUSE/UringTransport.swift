@@ -58,7 +58,7 @@ final class UringTransport: @unchecked Sendable {
     /// True if this kernel serves FUSE over io_uring (the module's switch is on) and
     /// this process may make a ring; why not, otherwise.
     static func unavailableReason() -> String? {
-        guard (try? Sys.readToEnd("/sys/module/fuse/parameters/enable_uring"))?.first == UInt8(ascii: "Y") else {
+        guard (try? KernelFiles.read("/sys/module/fuse/parameters/enable_uring"))?.first == UInt8(ascii: "Y") else {
             return "this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring set to 1)"
         }
         let ring = clinux_uring_create(2)
@@ -105,7 +105,7 @@ final class UringTransport: @unchecked Sendable {
 
     /// The kernel makes one queue per possible CPU (not per online one).
     static func possibleCPUs() -> Int {
-        guard let text = try? Sys.readToEnd("/sys/devices/system/cpu/possible") else {
+        guard let text = try? KernelFiles.read("/sys/devices/system/cpu/possible") else {
             return Int(sysconf(Int32(_SC_NPROCESSORS_CONF)))
         }
         // "0-3" or "0": the highest number plus one.

@@ -46,16 +46,16 @@ enum LiveDaemons {
         guard let target = try? Sys.stat(dir) else { return [] }
         let claimants = claimHolders(of: target)
         let listening = listeningSockets()
-        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { pid_t($0) }
+        let pids = KernelFiles.names(in: "/proc").compactMap { pid_t($0) }
         return pids.compactMap { pid -> Daemon? in
             guard pid != getpid() else { return nil }
             let coffer = isCoffer(pid)
             var holds = false
             var socket: String?
-            if coffer, let fds = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") {
-                for fd in fds {
+            if coffer {
+                for fd in KernelFiles.names(in: "/proc/\(pid)/fd") {
                     let link = "/proc/\(pid)/fd/\(fd)"
-                    if let dest = try? FileManager.default.destinationOfSymbolicLink(atPath: link),
+                    if let dest = KernelFiles.link(link),
                        dest.hasPrefix("socket:["), let inode = UInt64(dest.dropFirst(8).dropLast()) {
                         socket = socket ?? listening[inode]
                         continue
@@ -123,7 +123,7 @@ enum LiveDaemons {
 
     /// The fields of /proc/PID/stat after the command name (the first is the state).
     private static func statFields(_ pid: pid_t) -> [Substring]? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let stat = KernelFiles.text("/proc/\(pid)/stat"),
               let end = stat.range(of: ") ", options: .backwards) else { return nil }
         return stat[end.upperBound...].split(separator: " ")
     }
@@ -135,19 +135,19 @@ enum LiveDaemons {
     /// started as "coffer") or its binary is named so. A binary replaced since the process
     /// started (an upgrade) reads "/usr/bin/coffer (deleted)".
     static func isCoffer(_ pid: pid_t) -> Bool {
-        if let cmdline = try? Sys.readToEnd("/proc/\(pid)/cmdline"),
+        if let cmdline = try? KernelFiles.read("/proc/\(pid)/cmdline"),
            let first = cmdline.split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false).first,
            names.contains(URL(fileURLWithPath: String(decoding: first, as: UTF8.self)).lastPathComponent) {
             return true
         }
-        guard var exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe") else { return false }
+        guard var exe = KernelFiles.link("/proc/\(pid)/exe") else { return false }
         if exe.hasSuffix(" (deleted)") { exe.removeLast(" (deleted)".count) }
         return names.contains(URL(fileURLWithPath: exe).lastPathComponent)
     }
 
     /// The real uid of process `pid` (the "Uid:" line of /proc/PID/status).
     private static func owner(_ pid: pid_t) -> uid_t? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+        guard let status = KernelFiles.text("/proc/\(pid)/status"),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return nil }
         return line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { uid_t($0) }
     }
@@ -155,7 +155,7 @@ enum LiveDaemons {
     /// The processes holding an flock on the inode `target` describes (/proc/locks:
     /// "1: FLOCK  ADVISORY  WRITE PID MAJOR:MINOR:INODE 0 EOF", the device in hex).
     private static func claimHolders(of target: stat) -> Set<pid_t> {
-        guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+        guard let text = KernelFiles.text("/proc/locks") else { return [] }
         let dev = UInt64(target.st_dev)
         let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & ~0xfff), minor = (dev & 0xff) | ((dev >> 12) & ~0xff)
         var holders: Set<pid_t> = []
@@ -172,13 +172,13 @@ enum LiveDaemons {
 
     /// Listening Unix sockets with a path, by inode (/proc/net/unix).
     private static func listeningSockets() -> [UInt64: String] {
-        guard let text = try? String(contentsOfFile: "/proc/net/unix", encoding: .utf8) else { return [:] }
+        guard let text = KernelFiles.text("/proc/net/unix") else { return [:] }
         var out: [UInt64: String] = [:]
         for line in text.split(separator: "\n").dropFirst() {
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             // Num RefCount Protocol Flags Type St Inode Path; St 01 is listening.
             guard fields.count >= 8, fields[5] == "01", let inode = UInt64(fields[6]) else { continue }
-            out[inode] = String(fields[7])
+            out[inode] = fields[7...].joined(separator: " ")  // a path may hold spaces
         }
         return out
     }

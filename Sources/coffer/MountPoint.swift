@@ -24,7 +24,7 @@ enum MountPoint {
 
     /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
     static func mounts() -> [Mount] {
-        guard let bytes = try? Sys.readToEnd("/proc/self/mountinfo") else { return [] }
+        guard let bytes = try? KernelFiles.read("/proc/self/mountinfo") else { return [] }
         let text = String(decoding: bytes, as: UTF8.self)
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")

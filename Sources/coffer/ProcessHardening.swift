@@ -17,7 +17,7 @@ enum ProcessHardening {
         var limit = rlimit()
         let resource = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
         guard getrlimit(resource, &limit) == 0 else { return }
-        if geteuid() == 0, let text = try? String(contentsOfFile: "/proc/sys/fs/nr_open", encoding: .utf8),
+        if geteuid() == 0, let text = KernelFiles.text("/proc/sys/fs/nr_open"),
            let maximum = rlim_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), maximum > limit.rlim_max {
             var raised = rlimit(rlim_cur: maximum, rlim_max: maximum)
             if setrlimit(resource, &raised) == 0 { return }

@@ -1,6 +1,7 @@
 // The two content ciphers end to end: which one `init` chooses, that both serve the
 // same workload and pass fsck, what each writes on disk, and that an AES-256-GCM vault
 // is refused with its own status on a CPU without AES-NI (simulated with LD_PRELOAD).
+import CofferSystem
 import Foundation
 import XCTest
 
@@ -182,5 +183,5 @@ final class CipherTests: EndToEndCase {
 
 /// Whether this CPU has AES-NI, as the kernel reports it.
 enum ContentAlgorithmProbe {
-    static let aesAvailable = ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").contains(" aes ")
+    static let aesAvailable = (KernelFiles.text("/proc/cpuinfo") ?? "").contains(" aes ")
 }

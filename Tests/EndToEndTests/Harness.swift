@@ -1,5 +1,6 @@
 // Harness runs the built `coffer` binary and ordinary tools as a user would, and gives
 // each test a scratch directory that is removed (and unmounted) even on failure.
+import CofferSystem
 import Foundation
 import Synchronization
 import XCTest
@@ -116,7 +117,7 @@ final class Scratch {
 
     func cleanUp() {
         // Unmount anything still mounted below us before removing the tree.
-        let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
+        let mounts = KernelFiles.text("/proc/mounts") ?? ""
         for line in mounts.split(separator: "\n") {
             let fields = line.split(separator: " ")
             if fields.count > 1, fields[1].hasPrefix(path) {
@@ -174,7 +175,7 @@ class EndToEndCase: XCTestCase {
         func allTraced() -> Bool {
             let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
             return !tasks.isEmpty && tasks.allSatisfy { task in
-                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+                let status = KernelFiles.text("/proc/\(pid)/task/\(task)/status") ?? ""
                 return status.contains("TracerPid:\t\(strace.processIdentifier)\n")
             }
         }

@@ -1,6 +1,7 @@
 // End-to-end: the gate on a busy host and against a hostile backing directory — a
 // mount table longer than a page, FIFOs planted in CIPHERDIR, `-o allow_other`, wipe
 // after an interrupted passwd, connection floods, and what outlives a lock.
+import CofferSystem
 import Foundation
 import XCTest
 
@@ -541,7 +542,7 @@ final class HostileHostTests: EndToEndCase {
 /// The super options (mountinfo) of the mount at a path, as the kernel has them.
 enum MountPointOptions {
     static func of(_ path: String) -> [String] {
-        let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        let info = KernelFiles.text("/proc/self/mountinfo") ?? ""
         for line in info.split(separator: "\n").reversed() {
             let fields = line.split(separator: " ")
             guard fields.count > 4, fields[4] == path, let dash = fields.firstIndex(of: "-"), dash + 3 < fields.count else { continue }

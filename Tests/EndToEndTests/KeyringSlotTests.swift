@@ -2,6 +2,7 @@
 // (DesktopKeyring): add a slot (the keyring holds a 32-byte slot key, never the
 // passphrase), unlock with it, its removal clearing the item, and a keyring that is
 // locked or gone, each with its status. The daemon never loads libsecret.
+import CofferSystem
 import Foundation
 import Glibc
 import TestSupport
@@ -35,7 +36,7 @@ final class KeyringSlotTests: EndToEndCase {
         XCTAssertEqual(unlocked.stderr, "")
         XCTAssertEqual(vault.sh("cat f").stdout, "kept by the keyring\n")
         if let pid = vault.daemonPID {
-            let maps = (try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8)) ?? ""
+            let maps = KernelFiles.text("/proc/\(pid)/maps") ?? ""
             XCTAssertFalse(maps.isEmpty || maps.contains("libsecret") || maps.contains("libglib"), "the daemon mapped libsecret or GLib")
         } else {
             XCTFail("no daemon pid")

@@ -1,5 +1,6 @@
 // MountedVault creates a vault, mounts it with the built coffer, and unmounts it at the
 // end of the test whatever happened (the scratch directory's cleanup unmounts too).
+import CofferSystem
 import Foundation
 import Glibc
 import XCTest
@@ -47,7 +48,7 @@ final class MountedVault {
     }
 
     var isMounted: Bool {
-        let mounts = (try? String(contentsOfFile: "/proc/mounts", encoding: .utf8)) ?? ""
+        let mounts = KernelFiles.text("/proc/mounts") ?? ""
         return mounts.split(separator: "\n").contains { $0.split(separator: " ").dropFirst().first.map(String.init) == mountpoint }
     }
 
@@ -67,7 +68,7 @@ final class MountedVault {
         kill(pid, SIGKILL)
         // Gone once /proc has no live process by that number (a zombie has closed all).
         for _ in 0..<500 {
-            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            let stat = KernelFiles.text("/proc/\(pid)/stat") ?? ""
             if stat.isEmpty || stat.contains(") Z ") { break }
             usleep(10_000)
         }

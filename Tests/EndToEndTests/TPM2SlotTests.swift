@@ -3,6 +3,7 @@
 // that stops matching (its own status; the passphrase still opens), a slot of another
 // machine (another swtpm state) listed as such and passed over quietly, no TPM at all,
 // the last way in kept, and wipe destroying the slot files. The daemon never loads libtss2.
+import CofferSystem
 import Foundation
 import Glibc
 import TestSupport
@@ -54,7 +55,7 @@ final class TPM2SlotTests: EndToEndCase {
         XCTAssertTrue(vault.log.contains("unlocked (uid \(getuid()), slot key of slot"), vault.log)
         // The daemon unwrapped the slot file itself and never loaded libtss2.
         if let pid = vault.daemonPID {
-            let maps = (try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8)) ?? ""
+            let maps = KernelFiles.text("/proc/\(pid)/maps") ?? ""
             XCTAssertFalse(maps.isEmpty, "no maps of the daemon")
             XCTAssertFalse(maps.contains("libtss2"), "the daemon mapped libtss2")
         } else {

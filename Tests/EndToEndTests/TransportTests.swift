@@ -2,6 +2,7 @@
 // over io_uring where asked and offered, /dev/fuse by default or when asked — and
 // io_uring serves data, the lock and the unmount as /dev/fuse does. Each test sets the
 // fuse module's enable_uring switch as it needs it and puts it back.
+import CofferSystem
 import Foundation
 import XCTest
 
@@ -29,7 +30,7 @@ final class TransportTests: EndToEndCase {
     /// True once `pid` has exited (gone, or a zombie its parent has not reaped yet).
     func ended(_ pid: Int32) -> Bool {
         for _ in 0..<50 {
-            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+            guard let stat = KernelFiles.text("/proc/\(pid)/stat") else { return true }
             if stat.split(separator: ")").last?.split(separator: " ").first == "Z" { return true }
             usleep(100_000)
         }

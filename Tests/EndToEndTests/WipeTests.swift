@@ -1,6 +1,7 @@
 // End-to-end: `coffer wipe` and `coffer passwd` against what issue 39 found — a daemon
 // whose binary was upgraded, another user's daemon, a stopped daemon, entries planted
 // under the names of the config's copies, and a symlink or hard link raced in under them.
+import CofferSystem
 import Foundation
 import Glibc
 import XCTest
@@ -48,6 +49,36 @@ final class WipeTests: EndToEndCase {
         XCTAssertFalse(serves(vault), "the upgraded daemon still serves plaintext after the wipe")
         // The daemon ends before the scratch directory goes (it removes its state on the way out).
         if vault.isMounted { vault.unmount() }
+    }
+
+    /// On a desktop /proc/net/unix holds hundreds of sockets, far more than the one page
+    /// the kernel hands out per read: the daemon's socket is still found, and the wipe
+    /// locks the mount in place instead of ending the daemon.
+    func testAWipeLocksTheDaemonWhenProcNetUnixIsLong() {
+        let sockets = scratch.mkdir("desktop-sockets")
+        let listener = Harness.start(["python3", "-c", """
+            import socket, sys, time
+            held = []
+            for i in range(400):
+                s = socket.socket(socket.AF_UNIX)
+                s.bind(sys.argv[1] + "/a-desktop-program-socket-%04d" % i)
+                s.listen(1)
+                held.append(s)
+            time.sleep(120)
+            """, sockets])
+        addTeardownBlock { listener.terminate(); listener.waitUntilExit() }
+        XCTAssertTrue(Harness.sh("for i in $(seq 100); do [ -S '\(sockets)/a-desktop-program-socket-0399' ] && exit 0; sleep 0.1; done; exit 1").status == 0,
+                      "the sockets were not made")
+        XCTAssertGreaterThan(Harness.sh("cat /proc/net/unix").stdout.utf8.count, 32 << 10, "/proc/net/unix is not long")
+        let vault = mountedVault()
+        assertOK(vault.sh("echo secret > f"), "write")
+        let pid = vault.daemonPID
+        let wipe = coffer(["wipe", "--yes", vault.cipherdir], timeout: 60)
+        XCTAssertEqual(wipe.status, 0, wipe.stderr)
+        XCTAssertTrue(vault.isMounted, "the wipe ended the daemon instead of locking it")
+        XCTAssertNotNil(pid)
+        XCTAssertEqual(vault.daemonPID, pid, "the daemon is not the one that was there")
+        XCTAssertFalse(serves(vault), "plaintext served after the wipe")
     }
 
     // MARK: 2. Another user's daemon of a group-writable vault
@@ -315,7 +346,7 @@ final class WipeTests: EndToEndCase {
 enum LiveProcess {
     /// Field 22 of /proc/PID/stat for a live process; nil once it is gone or a zombie.
     static func startTime(_ pid: Int32) -> String? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        guard let stat = KernelFiles.text("/proc/\(pid)/stat"),
               let end = stat.range(of: ") ", options: .backwards) else { return nil }
         let fields = stat[end.upperBound...].split(separator: " ")
         guard fields.count > 19, fields[0] != "Z" else { return nil }

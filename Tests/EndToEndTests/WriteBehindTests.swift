@@ -1,5 +1,6 @@
 // The disk started behind a long sequential write (WriteBehind), and only there, by the
 // write-behind thread: the daemon's sync_file_range calls, read off strace.
+import CofferSystem
 import Foundation
 import XCTest
 
@@ -13,7 +14,7 @@ final class WriteBehindTests: EndToEndCase {
         // Each on the write-behind thread, never on a thread that answers requests.
         for call in starts {
             let thread = call.prefix { $0 != " " }
-            let name = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/comm", encoding: .utf8)
+            let name = KernelFiles.text("/proc/\(pid)/task/\(thread)/comm")
             XCTAssertEqual(name, "coffer-wbehind\n", "started by thread \(thread): \(call)")
         }
         return starts.map { call in

@@ -5,6 +5,7 @@ import CLinux
 @testable import CofferFUSE
 import CofferFileSystem
 import CofferVault
+import CofferSystem
 import Foundation
 import Glibc
 import Synchronization
@@ -176,7 +177,7 @@ final class RingFailureTests: XCTestCase {
         let errors = log.lines(at: .error)
         XCTAssertEqual(errors.count, 1, "\(errors)")
         XCTAssertTrue(errors.first?.contains("io_uring queue 0: io_uring_enter failed (Input/output error)") == true, "\(errors)")
-        let mounts = (try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? ""
+        let mounts = KernelFiles.text("/proc/self/mounts") ?? ""
         XCTAssertFalse(mounts.contains(mountpoint), "still mounted")
     }
 }
