@@ -69,6 +69,8 @@ ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size) { r
 
 int clinux_set_dumpable(int dumpable) { return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0UL, 0UL, 0UL); }
 
+int clinux_set_parent_death_signal(int signal) { return prctl(PR_SET_PDEATHSIG, (unsigned long)signal, 0UL, 0UL, 0UL); }
+
 int clinux_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0UL, 0UL, 0UL); }
 
 int clinux_bind_thread_to_cpu(int cpu) {

@@ -55,7 +55,8 @@ public struct ControlRequest: Codable, Equatable {
     public var secret: SecretKind?
     /// Number of raw secret bytes that follow this frame (unlock only).
     public var secretLength: Int?
-    /// unlock with a slotKey: the id of the key slot it opens.
+    /// unlock: the id of the key slot the secret opens — required with a slotKey; with a
+    /// passphrase, that passphrase slot file alone is tried, whatever its costs.
     public var slot: String?
     /// lock: "command" (the default) or "wipe", for the events' `reason`.
     public var reason: String?

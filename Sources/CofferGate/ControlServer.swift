@@ -305,6 +305,9 @@ public final class ControlServer: Sendable {
             if kind == .slotKey, !(request.slot.map(SlotFile.isID) ?? false) {
                 return reply(fd, .failure(ControlError.malformed, "unlock with a slot key needs the slot's id (32 lowercase hex digits)"))
             }
+            if let slot = request.slot, kind == .recoveryKey || !SlotFile.isID(slot) {
+                return reply(fd, .failure(ControlError.malformed, "a slot is named by its id (32 lowercase hex digits), with a passphrase or a slot key"))
+            }
             guard let secret = Frames.readSecret(fd, length: length, by: deadline) else {
                 return reply(fd, .failure(ControlError.timeout, "the secret was truncated or did not arrive in time"))
             }

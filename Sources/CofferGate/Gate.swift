@@ -83,7 +83,7 @@ public final class Gate: Sendable {
                 let vault = try fs.vault.reopened()
                 let master: MasterKey
                 switch kind {
-                case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive)
+                case .passphrase: master = try vault.unlock(passphrase: secret, derive: derive, slot: slot)
                 case .recoveryKey: master = try vault.unlock(recoveryKey: try RecoveryKey.parse(secret))
                 case .slotKey: master = try vault.unlock(slotKey: secret, slot: slot ?? "")
                 }
@@ -95,11 +95,16 @@ public final class Gate: Sendable {
                     state.since = Date()
                     return .success("unlocked", status: status(state))
                 }
-            } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey || error == .wrongSlotKey {
+            } catch VaultError.wrongSlotKey {
+                // A slot key is 32 random bytes, not guessable: one that opens no slot of that
+                // id (another vault's slot copied in, a sync copy with other blobs) is no
+                // attack to slow down, and the command goes on to the next slot.
+                logger.warning("unlock refused: the slot key opens no slot \(slot ?? "?") (uid \(peer)); not counted as a failed attempt")
+                return .failure(ControlError.wrongSlotKey, VaultError.wrongSlotKey.description)
+            } catch let error as VaultError where error == .wrongPassphrase || error == .wrongRecoveryKey {
                 let (failures, retryAfter) = recordFailure()
                 logger.warning("unlock refused: \(error) (uid \(peer), \(Self.described(kind, slot: slot)), failed attempt \(failures))")
-                let code = error == .wrongPassphrase ? ControlError.wrongPassphrase
-                    : error == .wrongRecoveryKey ? ControlError.wrongRecoveryKey : ControlError.wrongSlotKey
+                let code = error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey
                 return .failure(code, error.description, retryAfter: retryAfter)
             } catch CryptoError.malformed(let what) where kind == .recoveryKey {
                 let (failures, retryAfter) = recordFailure()
@@ -123,7 +128,7 @@ public final class Gate: Sendable {
     /// "slot key of slot <id>".
     private static func described(_ kind: ControlRequest.SecretKind, slot: String?) -> String {
         switch kind {
-        case .passphrase: return "passphrase"
+        case .passphrase: return slot.map { "passphrase of slot \($0)" } ?? "passphrase"
         case .recoveryKey: return "recovery key"
         case .slotKey: return "slot key of slot \(slot ?? "?")"
         }

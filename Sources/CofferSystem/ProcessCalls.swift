@@ -52,6 +52,14 @@ extension Sys {
     /// prctl(PR_SET_DUMPABLE): whether the process may be dumped or ptraced by its user.
     public static func setDumpable(_ dumpable: Bool) { _ = clinux_set_dumpable(dumpable ? 1 : 0) }
 
+    /// prctl(PR_SET_PDEATHSIG): this process gets `signal` when the thread that started it
+    /// ends (its parent exiting, or killed). Then, if the parent is gone already (it ended
+    /// before the call), raises it at once.
+    public static func endWithParent(_ parent: pid_t, signal: Int32 = SIGKILL) {
+        _ = clinux_set_parent_death_signal(signal)
+        if getppid() != parent { raise(signal) }
+    }
+
     /// The credentials of the peer of Unix socket `fd`, or nil.
     public static func peerCredentials(_ fd: Int32) -> PeerCredentials? {
         var peer = PeerCredentials()

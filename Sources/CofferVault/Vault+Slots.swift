@@ -72,26 +72,15 @@ extension Vault {
         return builtIn + files
     }
 
-    /// Tries the passphrase on every passphrase slot file, in name order: one Argon2id run
-    /// per distinct salt and parameters (a conflict copy of a slot shares its slot's).
-    func unlockSlotFiles(with keys: PassphraseKeys, config: VaultConfig) throws -> MasterKey? {
-        for entry in slotEntries() {
-            guard case .success(let record) = entry.record, record.kind == VaultConfig.passphraseSlot,
-                  let kdf = record.kdf else { continue }
-            let kek = try keys.key(salt: kdf.salt, parameters: kdf.parameters)
-            if let master = record.unwrap(with: kek, config: config) { return master }
-        }
-        return nil
-    }
-
-    /// The keyed slots (tpm2, keyring) of `kind`, one record per id (a sync engine's
-    /// conflict copy of a slot is the same slot), in name order.
+    /// The keyed slots (tpm2, keyring) of `kind`: every record, each slot's own file
+    /// (<id>.slot) first, then a sync engine's copies of slots (a copy may hold other
+    /// blobs, or have been planted: each is tried in turn, none decides alone).
     public func keyedSlots(kind: String) -> [SlotFile] {
-        var seen = Set<String>()
-        return slotEntries().compactMap { entry in
-            guard case .success(let record) = entry.record, record.kind == kind, seen.insert(record.id).inserted else { return nil }
-            return record
+        let records = slotEntries().compactMap { entry -> (own: Bool, record: SlotFile)? in
+            guard case .success(let record) = entry.record, record.kind == kind else { return nil }
+            return (entry.name == record.id + SlotFile.suffix, record)
         }
+        return records.filter(\.own).map(\.record) + records.filter { !$0.own }.map(\.record)
     }
 
     /// Unwraps the master key with the slot key of the keyed slot `id` (tpm2 or keyring),

@@ -156,28 +156,36 @@ public final class Vault: Sendable {
     /// A passphrase that opens a conflict copy of the config (`configConflictCopies`)
     /// unlocks too: the passphrase was changed on another machine as well, and each
     /// machine's passphrase keeps working until a `passwd` settles it.
-    /// Then every passphrase slot file (coffer.slots), each with its own salt: one Argon2id
-    /// run per slot tried, so a wrong passphrase costs as many runs as there are slots.
-    public func unlock(passphrase: SecureBytes, derive: KeyDerivation = Vault.deriveInProcess) throws -> MasterKey {
+    /// Then the passphrase slot files (coffer.slots), each with its own salt: one Argon2id
+    /// run per slot tried, at most `UnlockPlan.maxDerivations` in all, none above the
+    /// config's costs (`passphrasePlan`); with `slot` (an id), that slot file alone.
+    public func unlock(passphrase: SecureBytes, derive: KeyDerivation = Vault.deriveInProcess, slot: String? = nil) throws -> MasterKey {
         try withoutActuallyEscaping(derive) { derive in
             let keys = PassphraseKeys(passphrase: passphrase, derive: derive)
             defer { keys.wipe() }
-            return try unlock(with: keys)
+            return try unlock(with: keys, plan: passphrasePlan(slot: slot))
         }
     }
 
-    private func unlock(with keys: PassphraseKeys) throws -> MasterKey {
+    /// Which passphrase slots an unlock tries and which it passes over (UnlockPlan); with
+    /// `slot` (an id), that slot file alone.
+    public func passphrasePlan(slot: String? = nil) -> UnlockPlan {
+        UnlockPlan.passphrase(config: config, copies: slot == nil ? configConflictCopies() : [], entries: slotEntries(), slot: slot)
+    }
+
+    private func unlock(with keys: PassphraseKeys, plan: UnlockPlan) throws -> MasterKey {
         let config = self.config
-        if config.slots.contains(where: { $0.kind == VaultConfig.passphraseSlot }) {
-            let key = try keys.key(salt: config.kdf.salt, parameters: config.kdf.parameters)
-            if let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) { return master }
+        for attempt in plan.attempts {
+            let key = try keys.key(salt: attempt.kdf.salt, parameters: attempt.kdf.parameters)
+            switch attempt.source {
+            case .config:
+                if let master = try unwrap(slot: VaultConfig.passphraseSlot, with: key) { return master }
+            case .configCopy(let copy):
+                if let master = try? unwrap(slot: VaultConfig.passphraseSlot, with: key, of: copy) { return master }
+            case .slotFile(let record):
+                if let master = record.unwrap(with: key, config: config) { return master }
+            }
         }
-        for copy in configConflictCopies().map(\.config) where copy.slots.contains(where: { $0.kind == VaultConfig.passphraseSlot }) {
-            // passwd keeps the salt and parameters: the same key, no second derivation.
-            let copyKey = try keys.key(salt: copy.kdf.salt, parameters: copy.kdf.parameters)
-            if let master = try? unwrap(slot: VaultConfig.passphraseSlot, with: copyKey, of: copy) { return master }
-        }
-        if let master = try unlockSlotFiles(with: keys, config: config) { return master }
         throw VaultError.wrongPassphrase
     }
 

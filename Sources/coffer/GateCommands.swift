@@ -99,7 +99,7 @@ struct MountTarget: ParsableArguments {
 extension MountTarget {
     /// How a device offers the slot keys of a vault's keyed slots: `TPM2Slots.withSlotKey`,
     /// `KeyringSlots.withSlotKey`.
-    typealias SlotKeySource = (Vault, (SlotFile, SecureBytes) throws -> ControlResponse) throws -> ControlResponse
+    typealias SlotKeySource = (Vault, (SlotFile, SecureBytes) throws -> ControlResponse?) throws -> ControlResponse
 
     /// Unlocks the mount with a keyed slot's slot key that `device` gives: the vault's slot
     /// files are read from its CIPHERDIR (the daemon's status names it), and the key goes
@@ -110,7 +110,11 @@ extension MountTarget {
         }
         if status.state == "unlocked" { return .success(ControlMessage.alreadyUnlocked, status: status) }
         return try device(try Vault.open(at: status.vault)) { slot, slotKey in
-            try send(ControlRequest(op: .unlock, secret: .slotKey, secretLength: slotKey.count, slot: slot.id), secret: slotKey)
+            do {
+                return try send(ControlRequest(op: .unlock, secret: .slotKey, secretLength: slotKey.count, slot: slot.id), secret: slotKey)
+            } catch let failure as CommandFailure where failure.status == .wrongSlotKey {
+                return nil  // this record's key opens nothing (costs no throttle): the next is tried
+            }
         }
     }
 }
@@ -137,6 +141,9 @@ struct UnlockCommand: ParsableCommand {
     @Flag(name: .long, help: "Unlock with a slot key kept in your desktop keyring (coffer keyslot add --keyring); no secret is asked.")
     var keyring = false
 
+    @Option(name: .long, help: ArgumentHelp("Try the passphrase on this passphrase slot alone (a label or id; coffer keyslot list shows them), even one whose costs are above the vault's.", valueName: "label-or-id"))
+    var slot: String?
+
     @OptionGroup var target: MountTarget
 
     func validate() throws {
@@ -144,6 +151,9 @@ struct UnlockCommand: ParsableCommand {
         if tpm2 && keyring { throw ValidationError("give --tpm2 or --keyring, not both") }
         if (tpm2 || keyring) && (source.isGiven || recoveryKeyFile != nil) {
             throw ValidationError("--\(tpm2 ? "tpm2" : "keyring") asks for no secret: give it without --passfile, --extpass or --recovery-key-file")
+        }
+        if slot != nil && (tpm2 || keyring || recoveryKeyFile != nil) {
+            throw ValidationError("--slot names a passphrase slot: give it with a passphrase, not with --tpm2, --keyring or --recovery-key-file")
         }
     }
 
@@ -157,14 +167,33 @@ struct UnlockCommand: ParsableCommand {
                 return
             }
             let kind: ControlRequest.SecretKind = recoveryKeyFile == nil ? .passphrase : .recoveryKey
+            let slotID = try slot.flatMap(slotFileID)
             let secret = try recoveryKeyFile.map { try PassphraseReader.fromFile($0, what: "recovery key") }
                 ?? source.read()
                 ?? SystemdCredential.passphrase()
                 ?? PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
             defer { secret.wipe() }
-            let response = try target.send(ControlRequest(op: .unlock, secret: kind, secretLength: secret.count), secret: secret)
+            let response = try target.send(ControlRequest(op: .unlock, secret: kind, secretLength: secret.count, slot: slotID), secret: secret)
             print(response.message == ControlMessage.alreadyUnlocked ? "\(target.mountpoint) was already unlocked" : "\(target.mountpoint) unlocked")
         }
+    }
+
+    /// The id of the passphrase slot file `selector` (a label or an id) names in the
+    /// mounted vault's CIPHERDIR (the daemon's status names it); nil for coffer.conf's own
+    /// passphrase slot, which every unlock tries first anyway.
+    private func slotFileID(_ selector: String) throws -> String? {
+        guard let status = try target.send(ControlRequest(op: .status)).status else {
+            throw CommandFailure(status: .failure, message: "the daemon sent no status")
+        }
+        let vault = try Vault.open(at: status.vault)
+        guard let record = try vault.slotFile(selector) else {
+            guard selector == VaultConfig.passphraseSlot else { throw VaultError.slotNotFound(selector) }
+            return nil
+        }
+        guard record.kind == VaultConfig.passphraseSlot else {
+            throw CommandFailure(status: .slotNotFound, message: "slot \"\(selector)\" is a \(record.kind) slot, not a passphrase slot")
+        }
+        return record.id
     }
 }
 
@@ -262,6 +291,11 @@ struct StatusCommand: ParsableCommand {
                 Control socket:  \(status.socket)
                 Daemon pid:      \(status.pid)\(status.transport.map { ", requests through \($0)" } ?? "")
                 """)
+            // Slots a passphrase unlock passes over (planted, or past the budget): read from
+            // CIPHERDIR by this command, as `keyslot list` does.
+            for skipped in (try? Vault.open(at: status.vault))?.passphrasePlan().skipped ?? [] {
+                print("Passed over:     \(skipped.name) at a passphrase unlock: \(skipped.reason)")
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 // the daemon, which lives for the whole mount, never holds Argon2id's working area
 // (64 MiB to 4 GiB) in its own memory. Parameters and passphrase go to the child on a
 // pipe, the 32-byte key comes back on another; nothing secret is in argv or the
-// environment, and the child disables core dumps like the daemon.
+// environment, and the child disables core dumps like the daemon and ends with it.
 import ArgumentParser
 import CofferCrypto
 import CofferSystem
@@ -14,7 +14,7 @@ enum KDFHelper {
     static func derive(passphrase: SecureBytes, salt: [UInt8], parameters: KDFParameters) throws -> SecureBytes {
         let request = try Sys.pipe()
         let answer = try Sys.pipe()
-        let pid = try ChildProcess.spawnSelf(["coffer", "kdf-helper"],
+        let pid = try ChildProcess.spawnSelf(["coffer", "kdf-helper", "--parent", String(getpid())],
                                              descriptors: [0: request.read.rawValue, 1: answer.write.rawValue], newSession: false)
         // The child's ends go; ours are closed when `exchange` returns, before the wait
         // (the child sees the end of its input even if the exchange failed halfway).
@@ -47,7 +47,11 @@ struct KDFHelperCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kdf-helper", abstract: "Internal: derives a key for the daemon.", shouldDisplay: false)
 
+    @Option(help: "The daemon's pid: the helper ends when it does (Argon2id may take gigabytes for minutes).")
+    var parent: Int32?
+
     func run() throws {
+        if let parent { Sys.endWithParent(parent) }
         ProcessHardening.disableCoreDumps()
         var header = [UInt8](repeating: 0, count: 8 + 8 + PassphraseKDF.saltSize + 4)
         guard header.withUnsafeMutableBytes({ Sys.receive(0, into: $0) }) else { throw ExitCode(1) }

@@ -43,6 +43,9 @@ struct KeySlotList: ParsableCommand {
                       + slot.label.padding(toLength: max(21, slot.label.count), withPad: " ", startingAt: 0) + " "
                       + (slot.id ?? "-").padding(toLength: 33, withPad: " ", startingAt: 0) + " " + slot.location)
             }
+            for skipped in vault.passphrasePlan().skipped {
+                print("\(skipped.name): passed over at a passphrase unlock: \(skipped.reason)")
+            }
             // Entries that hold no slot stop nothing: each is named on stderr.
             for entry in vault.slotEntries() {
                 if case .failure(let problem) = entry.record {

@@ -40,11 +40,12 @@ enum KeyringSlots {
     /// an item for to `body`, in turn, until it returns a result. Throws `noKeyringSlot`
     /// if none has one, and the keyring's failure if it cannot be asked (`keyringUnavailable`).
     /// Each slot key is wiped after its turn.
-    static func withSlotKey<R>(of vault: Vault, _ body: (SlotFile, SecureBytes) throws -> R) throws -> R {
+    static func withSlotKey<R>(of vault: Vault, _ body: (SlotFile, SecureBytes) throws -> R?) throws -> R {
         let slots = vault.keyedSlots(kind: SlotFile.keyringKind)
         guard !slots.isEmpty else {
             throw CommandFailure(status: .noKeyringSlot, message: "\(vault.path) has no keyring slot (coffer keyslot add --keyring adds one)")
         }
+        var refused = 0
         for slot in slots {
             let slotKey: SecureBytes
             do {
@@ -53,7 +54,11 @@ enum KeyringSlots {
                 continue
             }
             defer { slotKey.wipe() }
-            return try body(slot, slotKey)
+            if let result = try body(slot, slotKey) { return result }
+            refused += 1
+        }
+        if refused > 0 {
+            throw CommandFailure(status: .wrongSlotKey, message: "your keyring gave the keys of \(refused) keyring slot\(refused == 1 ? "" : "s") of \(vault.path), but none opens the vault")
         }
         throw CommandFailure(status: .noKeyringSlot, message: "your keyring holds the key of none of the \(slots.count) keyring slot\(slots.count == 1 ? "" : "s") of \(vault.path) (added by another user or on another machine, or its item was deleted)")
     }

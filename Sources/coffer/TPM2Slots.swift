@@ -36,11 +36,13 @@ enum TPM2Slots {
     }
 
     /// Offers the slot key of each of the vault's tpm2 slots that this machine's TPM
-    /// unseals to `body`, in turn, until it returns a result. A slot of another machine
-    /// (another TPM's name, or blobs this TPM will not load) is passed over quietly. Throws
-    /// `noTPM2Slot` if no slot is this machine's, `tpm2PolicyMismatch` if this machine's
-    /// slots are sealed to PCRs that have changed. Each slot key is wiped after its turn.
-    static func withSlotKey<R>(of vault: Vault, _ body: (SlotFile, SecureBytes) throws -> R) throws -> R {
+    /// unseals to `body`, in turn, until it returns a result (nil: that key opened
+    /// nothing — a slot copied from another vault — and the next is tried). A slot of
+    /// another machine (another TPM's name, or blobs this TPM will not load) is passed
+    /// over quietly. Throws `wrongSlotKey` if keys were unsealed but none opened,
+    /// `tpm2PolicyMismatch` if this machine's slots are sealed to PCRs that have changed,
+    /// `noTPM2Slot` if no slot is this machine's. Each slot key is wiped after its turn.
+    static func withSlotKey<R>(of vault: Vault, _ body: (SlotFile, SecureBytes) throws -> R?) throws -> R {
         let slots = vault.keyedSlots(kind: SlotFile.tpm2Kind)
         guard !slots.isEmpty else {
             throw CommandFailure(status: .noTPM2Slot, message: "\(vault.path) has no TPM2 slot (coffer keyslot add --tpm2 adds one)")
@@ -48,6 +50,7 @@ enum TPM2Slots {
         let tpm = try TPM2()
         let identity = try tpm.machineIdentity()
         var changedPCRs: [String] = []
+        var refused = 0
         for slot in slots {
             guard let binding = slot.tpm2, binding.machine == identity else { continue }
             let slotKey: SecureBytes
@@ -62,7 +65,11 @@ enum TPM2Slots {
                 continue
             }
             defer { slotKey.wipe() }
-            return try body(slot, slotKey)
+            if let result = try body(slot, slotKey) { return result }
+            refused += 1
+        }
+        if refused > 0 {
+            throw CommandFailure(status: .wrongSlotKey, message: "this machine's TPM unsealed \(refused) TPM2 slot\(refused == 1 ? "" : "s") of \(vault.path), but none opens the vault (a slot copied from another vault?)")
         }
         if !changedPCRs.isEmpty {
             throw CommandFailure(status: .tpm2PolicyMismatch, message: "the PCRs that TPM2 slot \(changedPCRs.joined(separator: ", ")) is sealed to have changed since it was added (a firmware, boot loader or kernel update?); unlock with a passphrase, then remove the slot and add it again with coffer keyslot add --tpm2")

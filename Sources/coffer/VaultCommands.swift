@@ -31,7 +31,13 @@ struct OfflineUnlock: ParsableArguments {
     /// recovery key (if given), --passfile or --extpass, or a prompt.
     func masterKey(of vault: Vault, prompt: String) throws -> MasterKey {
         if withTpm2 || withKeyring {
-            let open: (SlotFile, SecureBytes) throws -> MasterKey = { slot, slotKey in try vault.unlock(slotKey: slotKey, slot: slot.id) }
+            let open: (SlotFile, SecureBytes) throws -> MasterKey? = { slot, slotKey in
+                do {
+                    return try vault.unlock(slotKey: slotKey, slot: slot.id)
+                } catch VaultError.wrongSlotKey {
+                    return nil  // this record's key opens nothing: the next is tried
+                }
+            }
             return try withTpm2 ? TPM2Slots.withSlotKey(of: vault, open) : KeyringSlots.withSlotKey(of: vault, open)
         }
         if let recoveryKeyFile {

@@ -78,7 +78,8 @@ final class ControlServerTests: XCTestCase {
     }
 
     /// A keyed slot's slot key (what a TPM unseals) opens the view over the socket with
-    /// the slot's id; a wrong one is answered wrong-slot-key and charged to the throttle;
+    /// the slot's id; a wrong one is answered wrong-slot-key and not charged to the
+    /// throttle (32 random bytes are not guessed: it is a slot copied from elsewhere);
     /// a slot key without an id is malformed, and nothing of it is echoed.
     func testASlotKeyUnlocksItsSlotOverTheSocket() throws {
         let vault = try Vault.open(at: fixture.path)
@@ -94,9 +95,8 @@ final class ControlServerTests: XCTestCase {
         XCTAssertEqual(try send(slotKey, slot: "not-an-id").error, ControlError.malformed)
         let wrong = try send(SecureBytes.random(count: SlotFile.slotKeySize), slot: slot.id)
         XCTAssertEqual(wrong.error, ControlError.wrongSlotKey)
-        XCTAssertGreaterThan(wrong.retryAfter ?? 0, 0.5, "a wrong slot key is charged like a wrong passphrase")
+        XCTAssertEqual(wrong.retryAfter ?? 0, 0, "a slot key that opens nothing (another vault's slot) is charged to the throttle")
         XCTAssertFalse(fixture.fs.isUnlocked)
-        Thread.sleep(forTimeInterval: 1.1)
         let unlocked = try send(slotKey, slot: slot.id)
         XCTAssertTrue(unlocked.ok, "\(unlocked)")
         XCTAssertTrue(fixture.fs.isUnlocked)

@@ -375,6 +375,70 @@ final class SlotFileTests: XCTestCase {
     /// Wipe destroys every regular file in coffer.slots whatever its name, reaches them
     /// without following a symlink, never overwrites through another hard link, and
     /// removes the directory once it is empty.
+    /// Writes `record` into coffer.slots as `name` (mode 0400), as someone who can write
+    /// CIPHERDIR may.
+    func plant(_ record: SlotFile, as name: String) throws {
+        let path = slotsPath + "/" + name
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(record.serialized()), attributes: [.posixPermissions: 0o400]))
+    }
+
+    /// A slot file with the KDF ceiling's costs, named to sort first, is passed over by an
+    /// unlock (it never runs Argon2id at 4 GiB), named by the plan, and tried with --slot.
+    func testASlotFileCostlierThanTheVaultIsTriedOnlyWhenNamed() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let laptop = try vault.addPassphraseSlot(master: master, passphrase: secret("laptop words"), label: "laptop")
+        var costly = laptop
+        costly.id = String(repeating: "f", count: 32)
+        costly.kdf!.opsLimit = KDFParameters.ceiling.opsLimit
+        costly.kdf!.memLimit = KDFParameters.ceiling.memLimit
+        try plant(costly, as: "0-planted.slot")
+        let derived = Mutex<[KDFParameters]>([])
+        let counting: Vault.KeyDerivation = { words, salt, parameters in
+            derived.withLock { $0.append(parameters) }
+            guard parameters.memLimit <= vault.config.kdf.memLimit else { throw CryptoError.kdfFailed }
+            return try Vault.deriveInProcess(words, salt, parameters)
+        }
+        let reopened = try Vault.open(at: dir.path)
+        XCTAssertEqual(contentKey(try reopened.unlock(passphrase: secret("laptop words"), derive: counting)), contentKey(master))
+        XCTAssertThrowsError(try reopened.unlock(passphrase: secret("a typo"), derive: counting)) {
+            XCTAssertEqual($0 as? VaultError, .wrongPassphrase)
+        }
+        XCTAssertTrue(derived.withLock { $0 }.allSatisfy { $0 == vault.config.kdf.parameters }, "\(derived.withLock { $0 })")
+        let skipped = reopened.passphrasePlan().skipped
+        XCTAssertEqual(skipped.map(\.name), ["coffer.slots/0-planted.slot"])
+        XCTAssertTrue(skipped.first?.reason.contains("above the vault's") ?? false, "\(skipped)")
+        // Named with --slot, the costly record alone is tried (here: it fails to open).
+        derived.withLock { $0 = [] }
+        XCTAssertThrowsError(try reopened.unlock(passphrase: secret("laptop words"), derive: counting, slot: costly.id))
+        XCTAssertEqual(derived.withLock { $0 }, [KDFParameters.ceiling])
+    }
+
+    /// Slot files planted by the dozen cost an unlock at most `maxDerivations` runs, and a
+    /// slot's own file is tried before copies of it named to sort first.
+    func testAnUnlockHasABudgetAndTriesASlotsOwnFileFirst() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let laptop = try vault.addPassphraseSlot(master: master, passphrase: secret("laptop words"), label: "laptop")
+        for i in 0..<12 {
+            var copy = laptop
+            copy.kdf!.salt = Base64URL.encode(SecureBytes.random(count: 16).withUnsafeBytes { Array($0) })
+            try plant(copy, as: "\(laptop.id) (conflicted copy \(i)).slot")
+        }
+        let derived = Mutex(0)
+        let counting: Vault.KeyDerivation = { words, salt, parameters in
+            derived.withLock { $0 += 1 }
+            return try Vault.deriveInProcess(words, salt, parameters)
+        }
+        let reopened = try Vault.open(at: dir.path)
+        XCTAssertEqual(contentKey(try reopened.unlock(passphrase: secret("laptop words"), derive: counting)), contentKey(master))
+        XCTAssertEqual(derived.withLock { $0 }, 2, "the config's slot, then the slot's own file")
+        derived.withLock { $0 = 0 }
+        XCTAssertThrowsError(try reopened.unlock(passphrase: secret("a typo"), derive: counting))
+        XCTAssertEqual(derived.withLock { $0 }, UnlockPlan.maxDerivations)
+        XCTAssertEqual(reopened.passphrasePlan().skipped.count, 13 + 1 - UnlockPlan.maxDerivations)
+    }
+
     func testWipeDestroysEverySlotFile() throws {
         let (vault, recovery) = try makeVault()
         let master = try vault.unlock(passphrase: secret(passphrase))

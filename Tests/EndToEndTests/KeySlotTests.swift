@@ -149,4 +149,62 @@ final class KeySlotTests: EndToEndCase {
         assertOK(vault.fsck(), "fsck after")
         assertOK(Harness.run([Harness.coffer, "fsck", "--passfile", other, vault.cipherdir]), "fsck with the slot's passphrase")
     }
+
+    /// A copy of `record` (a slot file's JSON) with Argon2id costs `ops` passes and `mib`
+    /// MiB, and the id `id`, planted in coffer.slots as `name` (it can open nothing: its
+    /// costs and id are bound by its AD).
+    func plantCostly(_ cipherdir: String, from record: String, as name: String, id: String, ops: Int, mib: Int) throws {
+        let slots = cipherdir + "/coffer.slots/"
+        var json = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: slots + record))) as? [String: Any])
+        var kdf = try XCTUnwrap(json["kdf"] as? [String: Any])
+        kdf["opsLimit"] = ops
+        kdf["memLimit"] = mib << 20
+        json["kdf"] = kdf
+        json["id"] = id
+        try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: slots + name))
+        chmod(slots + name, 0o400)
+    }
+
+    /// A slot file planted with costs far above the vault's, named to sort first, costs
+    /// an unlock nothing: the labelled passphrase opens at once, a typo is refused as one,
+    /// `keyslot list` and `status` name the file as passed over, and `unlock --slot` still
+    /// tries it — in a KDF helper that ends when its daemon is killed.
+    func testAPlantedCostlySlotFileNeverHoldsUpAnUnlock() throws {
+        let vault = MountedVault(scratch: scratch)
+        vault.mount()
+        assertOK(vault.sh("echo 'the same file on both machines' > f"), "write")
+        vault.unmount()
+        let laptop = scratch.file("laptop.pass", "the laptop's words\n")
+        assertOK(coffer(["keyslot", "add", "--label", "laptop", "--passfile", vault.passfile, "--new-passfile", laptop, vault.cipherdir]), "add")
+        let record = try XCTUnwrap(slotFiles(vault.cipherdir).first)
+        let planted = String(repeating: "f", count: 32)
+        try plantCostly(vault.cipherdir, from: record, as: "0-planted.slot", id: planted, ops: 64, mib: 1024)
+
+        mountLocked(vault)
+        let unlock = Harness.run([Harness.coffer, "unlock", "--passfile", laptop, vault.mountpoint], timeout: 60)
+        XCTAssertEqual(unlock.status, 0, "the labelled passphrase waited for the planted slot: \(unlock.stderr)")
+        XCTAssertEqual(vault.sh("cat f").stdout, "the same file on both machines\n")
+        assertOK(coffer(["lock", vault.mountpoint]), "lock")
+        let typo = Harness.run([Harness.coffer, "unlock", "--passfile", scratch.file("typo.pass", "a typo\n"), vault.mountpoint], timeout: 60)
+        XCTAssertEqual(typo.status, 22, typo.stderr)
+        let list = coffer(["keyslot", "list", vault.cipherdir])
+        XCTAssertTrue(list.stdout.contains("coffer.slots/0-planted.slot: passed over at a passphrase unlock"), list.stdout)
+        let status = coffer(["status", vault.mountpoint])
+        XCTAssertTrue(status.stdout.contains("Passed over:     coffer.slots/0-planted.slot"), status.stdout)
+
+        // Named with --slot, the planted slot is tried (once the typo's delay has passed):
+        // its Argon2id runs in the daemon's KDF helper, which ends with the daemon.
+        assertOK(Harness.sh("for i in $(seq 100); do \(Harness.coffer) status --json '\(vault.mountpoint)' | grep -q '\"retryAfter\" : 0,' && exit 0; sleep 0.1; done; exit 1"),
+                 "the typo's delay passes")
+        guard let daemon = vault.daemonPID else { return XCTFail("no daemon pid") }
+        let tried = Harness.start([Harness.coffer, "unlock", "--slot", planted, "--passfile", laptop, vault.mountpoint])
+        addTeardownBlock { tried.terminate(); tried.waitUntilExit() }
+        let helper = Harness.sh("for i in $(seq 200); do p=$(pgrep -f '[k]df-helper --parent \(daemon)') && { echo $p; exit 0; }; sleep 0.05; done; exit 1")
+        assertOK(helper, "the KDF helper of the --slot unlock")
+        kill(daemon, SIGKILL)
+        let ended = Harness.sh("for i in $(seq 100); do pgrep -f '[k]df-helper --parent \(daemon)' >/dev/null || exit 0; sleep 0.1; done; exit 1")
+        XCTAssertEqual(ended.status, 0, "the KDF helper outlived its daemon")
+        Harness.run(["pkill", "-KILL", "-f", "[k]df-helper --parent \(daemon)"])
+        Harness.run(["fusermount3", "-u", "-z", vault.mountpoint])
+    }
 }

@@ -130,6 +130,40 @@ final class TPM2SlotTests: EndToEndCase {
         vault.unmount()
     }
 
+    /// Another vault's TPM2 slot of this very machine, copied in under a name that sorts
+    /// first, and a sync engine's copy of the real slot holding other blobs: neither stops
+    /// `unlock --tpm2` (every slot is tried until one opens), and neither is charged as a
+    /// failed attempt.
+    func testAPlantedOrConflictingTPM2SlotNeverBlocksTheRealOne() throws {
+        let tpm = try softwareTPM("tpm")
+        let vault = MountedVault(scratch: scratch)
+        let other = MountedVault(scratch: scratch, name: "other")
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "mine", "--passfile", vault.passfile, vault.cipherdir], tpm: tpm), "add mine")
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "other", "--passfile", other.passfile, other.cipherdir], tpm: tpm), "add the other vault's")
+        let slots = vault.cipherdir + "/coffer.slots/"
+        let mine = try XCTUnwrap(FileManager.default.contentsOfDirectory(atPath: slots).first)
+        let theirs = try XCTUnwrap(FileManager.default.contentsOfDirectory(atPath: other.cipherdir + "/coffer.slots/").first)
+        assertOK(Harness.sh("cp '\(other.cipherdir)/coffer.slots/\(theirs)' '\(slots)/0000-planted.slot'"), "plant the other vault's slot")
+        // A conflict copy of mine whose blobs are the other vault's (they load here, and
+        // unseal a key that opens nothing), named to sort before mine.
+        var copy = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: slots + mine))) as? [String: Any])
+        let foreign = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: slots + "0000-planted.slot"))) as? [String: Any])
+        copy["tpm2"] = foreign["tpm2"]
+        let id = (mine as NSString).deletingPathExtension
+        try JSONSerialization.data(withJSONObject: copy).write(to: URL(fileURLWithPath: slots + "\(id) (conflicted copy).slot"))
+
+        assertOK(mountLocked(vault, tpm: tpm), "mount locked")
+        for round in 1...3 {
+            let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: tpm)
+            assertOK(unlocked, "unlock --tpm2, round \(round)")
+            XCTAssertEqual(state(vault), "unlocked")
+            assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
+        }
+        let status = Harness.run([Harness.coffer, "status", "--json", vault.mountpoint]).stdout
+        XCTAssertTrue(status.contains("\"failedAttempts\" : 0"), "a slot that opened nothing was charged: \(status)")
+        vault.unmount()
+    }
+
     func testNoTPMTheLastWayInAndWipe() throws {
         let tpm = try softwareTPM("tpm")
         let vault = MountedVault(scratch: scratch)

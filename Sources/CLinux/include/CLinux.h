@@ -67,6 +67,10 @@ ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size);
 /// prctl(PR_SET_DUMPABLE, dumpable): prctl is variadic, which Swift cannot call.
 int clinux_set_dumpable(int dumpable);
 
+/// prctl(PR_SET_PDEATHSIG, signal): the signal the calling process gets when the thread
+/// that started it ends.
+int clinux_set_parent_death_signal(int signal);
+
 /// prctl(PR_SET_NAME, name): the calling thread's name in the kernel (at most 15 bytes
 /// are kept).
 int clinux_set_thread_name(const char *name);
