@@ -116,7 +116,7 @@ extension PlainFileSystem {
                 guard let made = state.directories[.init(dir)]?.drops else { continue }
                 for (name, drop) in made where drop.isSealed {
                     do {
-                        let converted = try convert(drop.backing, in: dir, keys: keys)
+                        let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node)
                         drop.node.setName(converted.name, parent: dir)
                         if drop.isDirectory { pending.append(drop.node) }
                     } catch {
@@ -133,10 +133,16 @@ extension PlainFileSystem {
     /// encrypted name of its plaintext name — or, if that is taken, of "NAME (dropped
     /// XXXXXXXX)" (from the dropped name: every machine picks the same). Idempotent: a
     /// crash in between leaves a drop that the next conversion finishes.
-    func convert(_ backing: String, in dir: Node, keys: Keys) throws -> (name: [UInt8], backing: String) {
+    /// `madeHere` is the node of a drop this mount made (or renamed) in the lock that ends:
+    /// it is taken as it is, if its backing entry is still that inode. Any other entry
+    /// under a drop's name was found in CIPHERDIR and must pass `FoundDrop`'s rule.
+    func convert(_ backing: String, in dir: Node, keys: Keys, madeHere: Node? = nil) throws -> (name: [UInt8], backing: String) {
         guard let dropKeys = keys.set.drops else { throw Errno(EACCES, "no drop key") }
         let name = try DropName.decode(backing, keys: dropKeys)
         let st = try Sys.stat(backing, in: dir.fd)
+        if let madeHere, UInt64(st.st_ino) != madeHere.ino || UInt64(st.st_dev) != madeHere.dev {
+            throw VaultError.dropRefused(reason: "its backing entry was replaced since this mount made it")
+        }
         // A conversion is no change a program made: the times of the entry and of its
         // directory stay as they were (rsync -a set them, make and backups read them).
         let dirStat = try Sys.stat(dir.fd)
@@ -144,8 +150,7 @@ extension PlainFileSystem {
         var shown = name
         var new = try backingName(shown, in: dir, keys: keys)
         if exists(new.name, in: dir) {
-            let mark = Hash.blake2b256(Array(backing.utf8)).prefix(4).map { String(format: "%02x", $0) }.joined()
-            shown = DropName.alternative(name, mark: mark)
+            shown = DropName.alternative(name, mark: FoundDrop.mark(backingName: backing))
             new = try backingName(shown, in: dir, keys: keys)
         }
         let place = Place(dirIV: try directoryIV(dir, keys: keys), name: shown)
@@ -154,21 +159,33 @@ extension PlainFileSystem {
             let path = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
             try path.withReopened(flags: O_RDWR, owner: st) { fd in
                 let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
-                let id = try file.header().fileID
-                try file.setPlaceTag(keys.set.places.tag(fileID: id.bytes, dirIV: place.dirIV, name: place.name))
+                let header = try file.header()
+                let tag = try keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
+                if madeHere == nil, let refusal = FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
+                    (try? DropRecord.read(fileID: header.fileID, root: nodes.root.fd, keys: dropKeys))?.wipe() != nil
+                }) {
+                    throw VaultError.dropRefused(reason: refusal)
+                }
+                try file.setPlaceTag(tag)
                 try Sys.fsync(fd)
             }
         case S_IFDIR:
             let sub = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-            if (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) == nil {
-                let iv = Array(Hash.blake2b256(Array("coffer.dropdir\0".utf8) + Array(backing.utf8)).prefix(NameCipher.ivSize))
+            let iv = FoundDrop.directoryIV(backingName: backing)
+            let existing = try? DirectoryIV.read(in: sub.rawValue, bound: bindsDirectories)
+            if existing != nil || (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) != nil {
+                let fits = try existing.map { try DirectoryBinding.fits($0, places: [place], macs: keys.set.places) } ?? false
+                if let refusal = FoundDrop.directoryRefusal(existing, derivedIV: iv, fitsPlace: fits) ?? (existing == nil ? "its IV file is damaged" : nil) {
+                    throw VaultError.dropRefused(reason: refusal)
+                }
+            } else {
                 _ = try DirectoryIV.create(in: sub.rawValue, iv: iv,
                                            tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
                 try inheritClass(from: dir, into: sub.rawValue, iv: iv, keys: keys)
                 try Sys.setTimes(sub.rawValue, [st.st_atim, st.st_mtim])
             }
         default:
-            throw Errno(EINVAL, "a dropped entry is a file or a directory")
+            throw VaultError.dropRefused(reason: "neither a file nor a directory")
         }
         _ = try NameTransform.writeSidecar(new, in: dir.fd)
         do {

@@ -118,3 +118,46 @@ public enum DropRecord {
         return ((try? Sys.listDirectory(dir.rawValue)) ?? []).filter { !$0.hasPrefix(".") }
     }
 }
+
+/// The rule (docs/FORMAT.md §12, "Conversion") by which an entry found under a drop's
+/// backing name — not one this mount made in its own lock — may become an ordinary entry.
+/// Anyone who can write CIPHERDIR and once saw a drop's backing name can copy anything
+/// under it: another file's content, a converted drop, a directory from elsewhere. Only
+/// what the drop mechanism itself made, and never placed, is taken; the rest is damage.
+/// The mount's conversion and fsck both ask this type.
+public enum FoundDrop {
+    /// The IV a directory made while locked gets at its conversion: the first 16 bytes of
+    /// BLAKE2b-256("coffer.dropdir" ‖ 0x00 ‖ its backing name).
+    public static func directoryIV(backingName: String) -> [UInt8] {
+        Array(Hash.blake2b256(Array("coffer.dropdir\0".utf8) + Array(backingName.utf8)).prefix(NameCipher.ivSize))
+    }
+
+    /// The mark of "NAME (dropped MARK)" for drop `backingName`: the hex of the first 4
+    /// bytes of BLAKE2b-256 of it, the same on every machine.
+    public static func mark(backingName: String) -> String {
+        Hash.blake2b256(Array(backingName.utf8)).prefix(4).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Why a file found under a drop's name is refused, or nil if it may take the place
+    /// whose tag is `expectedTag`: a file made while locked (header version 3) that was
+    /// never placed (a zero tag) and whose key record opens (`recordOpens`), or one a
+    /// conversion interrupted by a crash placed at that very place already.
+    public static func fileRefusal(_ header: FileHeader, expectedTag: [UInt8], recordOpens: () -> Bool) -> String? {
+        guard header.isSealed else {
+            return "not a file made while locked (its key is derived from its ID): another file's content copied under a drop's name"
+        }
+        let tag = header.placeTag ?? []
+        if tag.allSatisfy({ $0 == 0 }) {
+            return recordOpens() ? nil : "its key record is missing or does not open"
+        }
+        return PlaceMAC.equal(tag, expectedTag) ? nil : "it was placed under another name already: a copy of a converted file"
+    }
+
+    /// Why a directory found under a drop's name is refused, or nil: one made while locked
+    /// has no IV file until its conversion, which writes the derived IV (`derivedIV`) with
+    /// the tag of its place (`fitsPlace`, for an IV file a crash left behind).
+    public static func directoryRefusal(_ record: DirectoryIV.Record?, derivedIV: [UInt8], fitsPlace: Bool) -> String? {
+        guard let record else { return nil }
+        return record.iv == derivedIV && fitsPlace ? nil : "a directory from elsewhere under a drop's name (it has an IV file of its own)"
+    }
+}

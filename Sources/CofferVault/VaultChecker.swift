@@ -218,18 +218,57 @@ public final class VaultChecker {
 
     /// An entry made while locked (format 6), not converted yet: reported with its name;
     /// a file's content is checked, a directory's is not (it is, once a mount converts it).
-    private func checkDrop(_ name: String, in dir: Int32, path: String) {
+    /// What a mount would refuse to convert (`FoundDrop`) is damage. `iv` is the IV of
+    /// the directory `dir`, `names` its names' codec.
+    private func checkDrop(_ name: String, in dir: Int32, path: String, iv: [UInt8], names: DirectoryNames) {
         guard let drops = keys.drops else { return problem(path, "an entry made while locked in a vault without drops", backingName: name) }
         let shown: [UInt8]
         do { shown = try DropName.decode(name, keys: drops) } catch { return problem(path, "\(error)", backingName: name) }
         summary.dropped += 1
         let childPath = path + "/" + String(decoding: shown, as: UTF8.self)
+        guard let st = try? Sys.stat(name, in: dir) else { return }
+        // The name a mount's conversion gives it: its own, or "NAME (dropped MARK)" if taken.
+        let taken = (try? names.names.backingName(for: shown, dirIV: iv)).map { (try? Sys.stat($0.name, in: dir)) != nil } ?? false
+        let place = Place(dirIV: iv, name: taken ? DropName.alternative(shown, mark: FoundDrop.mark(backingName: name)) : shown)
+        let refusal: String?
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: refusal = foundFileRefusal(name, in: dir, place: place, drops: drops)
+        case S_IFDIR: refusal = foundDirectoryRefusal(name, in: dir, place: place)
+        default:
+            refusal = "neither a file nor a directory"
+        }
+        if let refusal { return problem(childPath, "\(VaultError.dropRefused(reason: refusal))", backingName: name) }
         var line = VaultProblem(path: childPath, backingName: nil,
                                 what: "made while locked; a mount makes it an ordinary entry when it lists the directory", isLeftover: false)
         line.isDropped = true
         report(line)
-        guard let st = try? Sys.stat(name, in: dir) else { return }
         if st.st_mode & S_IFMT == S_IFDIR { skippedDrops = true } else { checkFile(name, in: dir, path: childPath, places: []) }
+    }
+
+    /// Why the file under drop name `name` would not be converted to `place` (FoundDrop).
+    private func foundFileRefusal(_ name: String, in dir: Int32, place: Place, drops: DropKeys) -> String? {
+        let header: FileHeader
+        do {
+            let fd = try FileDescriptor.openRegular(name, in: dir)
+            header = try ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout).header()
+        } catch {
+            return "its header cannot be read (\(error))"
+        }
+        let tag = (try? keys.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)) ?? []
+        return FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
+            (try? DropRecord.read(fileID: header.fileID, root: root, keys: drops))?.wipe() != nil
+        })
+    }
+
+    /// Why the directory under drop name `name` would not be converted to `place`.
+    private func foundDirectoryRefusal(_ name: String, in dir: Int32, place: Place) -> String? {
+        guard let sub = try? FileDescriptor.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else {
+            return "it cannot be opened"
+        }
+        guard (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) != nil else { return nil }
+        guard let record = try? DirectoryIV.read(in: sub.rawValue, bound: bindsDirectories) else { return "its IV file is damaged" }
+        let fits = (try? DirectoryBinding.fits(record, places: [place], macs: keys.places)) == true
+        return FoundDrop.directoryRefusal(record, derivedIV: FoundDrop.directoryIV(backingName: name), fitsPlace: fits)
     }
 
     /// Long-target sidecars that some symlink named.
@@ -313,7 +352,7 @@ public final class VaultChecker {
                 continue
             }
             if DropName.isDrop(entry.name) {
-                checkDrop(entry.name, in: dir, path: path)
+                checkDrop(entry.name, in: dir, path: path, iv: iv, names: names)
                 continue
             }
             let name: [UInt8]

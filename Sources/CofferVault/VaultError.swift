@@ -70,6 +70,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     case tooLong(TooLongItem)
     /// A sealed metadata item (symlink target, xattr value) failed authentication.
     case metadataDamaged(what: String)
+    /// An entry under a drop's backing name that the drop mechanism did not make (FoundDrop).
+    case dropRefused(reason: String)
     /// The undo journal (coffer.journal) is not a file coffer can use.
     case journalDamaged(reason: String)
     /// A directory argument's path is longer than Linux allows (ENAMETOOLONG).
@@ -118,6 +120,7 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .invalidName: return "invalid file name"
         case .tooLong(let item): return "\(item.rawValue) too long"
         case .metadataDamaged(let what): return "\(what) failed authentication"
+        case .dropRefused(let reason): return "an entry under the backing name of a file made while locked is refused: \(reason)"
         case .journalDamaged(let reason): return "undo journal damaged: \(reason)"
         case .slotNotFound(let what): return "no key slot has the label or id \"\(what)\" (coffer keyslot list shows them)"
         case .invalidSlotLabel(let why): return "invalid slot label: \(why)"

@@ -447,4 +447,48 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 40, fsck.stdout)
         XCTAssertTrue(fsck.stdout.contains("damaged: /bg/<\(planted)>"), fsck.stdout)
     }
+
+    /// The backing directory that `mkdir PATH` (a directory of the mount's root) makes.
+    func backingDirectory(made path: String, in vault: MountedVault) -> String {
+        let list = "cd '\(vault.cipherdir)' && find . -mindepth 1 -maxdepth 1 -type d ! -name '.*' -printf '%f\\n' | sort"
+        let before = Set(Harness.sh(list).stdout.split(separator: "\n"))
+        assertOK(vault.sh("mkdir '\(path)'"), "mkdir \(path)")
+        let made = Set(Harness.sh(list).stdout.split(separator: "\n")).subtracting(before)
+        XCTAssertEqual(made.count, 1, "mkdir \(path) made \(made)")
+        return made.first.map(String.init) ?? "?"
+    }
+
+    /// Someone who can write CIPHERDIR and saw a drop's backing name once copies another
+    /// file's backing file — or the converted drop itself — under that name into another
+    /// directory: neither becomes a file there (the content of secret/pw.txt is never
+    /// served as public/x), each is logged as refused, and fsck reports it as damage.
+    func testADropsNameNeverRelocatesAnotherFilesContent() {
+        let vault = mountedVault()
+        let secret = backingDirectory(made: "secret", in: vault)
+        let bg = backingDirectory(made: "bg", in: vault)
+        let publicDir = backingDirectory(made: "public", in: vault)
+        let publicTwo = backingDirectory(made: "public2", in: vault)
+        assertOK(vault.sh("echo 'the secret password' > secret/pw.txt && '\(Harness.coffer)' protect --class unless-open bg > /dev/null && ls bg"), "setup")
+        assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null && echo 'made while locked' > bg/x"), "a drop")
+        let drop = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && ls | grep '^coffer[.]drop[.]'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertTrue(drop.hasPrefix("coffer.drop."), drop)
+        assertOK(Harness.run([Harness.coffer, "unlock", "--passfile", vault.passfile, vault.mountpoint]), "unlock")
+        XCTAssertEqual(vault.sh("cat bg/x").stdout, "made while locked\n")
+        let pw = Harness.sh("cd '\(vault.cipherdir)/\(secret)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let converted = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        assertOK(Harness.sh("""
+            cp '\(vault.cipherdir)/\(secret)/\(pw)' '\(vault.cipherdir)/\(publicDir)/\(drop)'
+            cp '\(vault.cipherdir)/\(bg)/\(converted)' '\(vault.cipherdir)/\(publicTwo)/\(drop)'
+            """), "copy under the drop's name")
+        let r = vault.sh("cat public/x || true; cat public2/x || true; ls public public2")
+        XCTAssertFalse(r.stdout.contains("secret password"), "another file's content served under a drop's name: \(r.stdout)")
+        XCTAssertFalse(r.stdout.contains("made while locked"), "a converted drop served again elsewhere: \(r.stdout)")
+        XCTAssertTrue(vault.log.contains("not a file made while locked"), vault.log)
+        XCTAssertTrue(vault.log.contains("placed under another name already"), vault.log)
+        XCTAssertEqual(vault.sh("cat secret/pw.txt bg/x").stdout, "the secret password\nmade while locked\n")
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout)
+        XCTAssertTrue(fsck.stdout.contains("damaged: /public/x") && fsck.stdout.contains("damaged: /public2/x"), fsck.stdout)
+    }
 }
