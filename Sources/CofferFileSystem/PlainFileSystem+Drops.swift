@@ -52,6 +52,9 @@ final class LockedDrops: Sendable {
         var passages: [[UInt8]: Node] = [:]
         /// Entries made since the lock, by name.
         var drops: [[UInt8]: Drop] = [:]
+        /// The names it held at the lock (takesDrops), as digests under the state's
+        /// `digest`: a name from before the lock is never given a second file.
+        var existing: Set<[UInt8]> = []
     }
 
     struct State {
@@ -60,6 +63,13 @@ final class LockedDrops: Sendable {
         /// The drop key's public half, known from the first unlock of the mount on.
         var publicKey: [UInt8]?
         var directories: [Key: Directory] = [:]
+        /// The key of the name digests of this lock (made at the lock, wiped at the unlock).
+        var digest: KeyedDigest?
+
+        /// Whether `name` stood in `dir` at the lock and was not removed since.
+        func existed(_ name: [UInt8], in dir: Directory) -> Bool {
+            digest.map { dir.existing.contains($0(name)) } ?? false
+        }
     }
 
     /// Lock order: taken after PlainFileSystem's lockDecision, before NodeTable.table and
@@ -84,6 +94,13 @@ extension PlainFileSystem {
                 child = parent
             }
         }
+        // Every name they hold, as keyed digests: a program that opens a file from before
+        // the lock with O_CREAT (one the kernel has not looked up) gets EACCES, never a
+        // second, empty file under the same name.
+        let digest = KeyedDigest()
+        for (key, dir) in directories where dir.takesDrops {
+            directories[key]!.existing = existingNames(in: dir.node, keys: keys, digest: digest)
+        }
         // The files the kernel knows in them, under short encrypted names still theirs.
         for node in all where node.isRegular {
             guard let (parent, name) = node.entry, directories[.init(parent)]?.takesDrops == true,
@@ -94,8 +111,25 @@ extension PlainFileSystem {
         drops.state.withLock { state in
             state.publicKey = publicKey
             state.directories = directories
+            state.digest = digest
             state.active = !directories.isEmpty
         }
+    }
+
+    /// The digests of the plaintext names in directory `dir` (a name that does not decode
+    /// stands for nothing a program could open by name, and is left out).
+    private func existingNames(in dir: Node, keys: Keys, digest: KeyedDigest) -> Set<[UInt8]> {
+        guard let listed = try? Sys.listDirectory(dir.fd), let names = try? names(of: dir, keys: keys, listed: listed) else {
+            logger.error("lock: the names of \(dir.plaintextPath) could not be read; a program there may not open a file from before the lock")
+            return []
+        }
+        var existing = Set<[UInt8]>()
+        for backing in listed {
+            let name = DropName.isDrop(backing) ? keys.set.drops.flatMap { try? DropName.decode(backing, keys: $0) }
+                : (try? names.decode(backing, in: dir.fd))??.name
+            if let name { existing.insert(digest(name)) }
+        }
+        return existing
     }
 
     /// At an unlock, before the view opens: every drop of this lock becomes an ordinary
@@ -105,6 +139,7 @@ extension PlainFileSystem {
     func convertDrops(keys: Keys, thenOpen open: () -> Void) {
         drops.state.withLock { state in
             defer {
+                state.digest?.wipe()
                 state = LockedDrops.State(publicKey: keys.set.drops?.publicKey)
                 open()
             }
@@ -254,7 +289,7 @@ extension PlainFileSystem {
             let dir = try reachable(parent, in: state)
             if let node = dir.passages[name] { return try reenter(node, as: name, in: dir.node) }
             if let drop = dir.drops[name] { return try reenter(drop.node, as: name, in: dir.node) }
-            throw Errno(dir.takesDrops ? ENOENT : EACCES, "locked")
+            throw Errno(dir.takesDrops && !state.existed(name, in: dir) ? ENOENT : EACCES, "locked")
         }
     }
 
@@ -309,6 +344,9 @@ extension PlainFileSystem {
                 return (entry, try openDrop(existing, flags: flags))
             }
             guard dir.passages[name] == nil else { throw Errno(EEXIST, "create") }
+            // A file from before the lock, not known to the kernel: its key is gone, and a new
+            // file under its name would split the program's data in two.
+            guard !state.existed(name, in: dir) else { throw Errno(flags & O_EXCL != 0 ? EEXIST : EACCES, "locked") }
             let backing = try dropName(name, state)
             let id = FileID.random()
             let key = SecureBytes.random(count: 32)
@@ -363,7 +401,7 @@ extension PlainFileSystem {
     func lockedMkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry? {
         try whileLocked { state in
             var dir = try reachable(parent, in: state, takingDrops: true)
-            guard dir.drops[name] == nil, dir.passages[name] == nil else { throw Errno(EEXIST, "mkdir") }
+            guard dir.drops[name] == nil, dir.passages[name] == nil, !state.existed(name, in: dir) else { throw Errno(EEXIST, "mkdir") }
             let backing = try dropName(name, state)
             try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
             do {
@@ -385,7 +423,9 @@ extension PlainFileSystem {
     func lockedRemove(parent: UInt64, name: [UInt8], directory: Bool) throws -> Bool? {
         try whileLocked { state in
             var dir = try reachable(parent, in: state, takingDrops: true)
-            guard let drop = dir.drops[name] else { throw Errno(dir.passages[name] != nil ? EACCES : ENOENT, "locked") }
+            guard let drop = dir.drops[name] else {
+                throw Errno(dir.passages[name] != nil || state.existed(name, in: dir) ? EACCES : ENOENT, "locked")
+            }
             guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
             if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
             try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
@@ -393,6 +433,7 @@ extension PlainFileSystem {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
             dir.drops[name] = nil
+            if let digest = state.digest { dir.existing.remove(digest(name)) }  // gone: the name is free
             state.directories[.init(dir.node)] = dir
             if directory { state.directories[.init(drop.node)] = nil }
             return true
@@ -405,12 +446,19 @@ extension PlainFileSystem {
         try whileLocked { state in
             guard flags & RENAME_EXCHANGE == 0 else { throw Errno(EACCES, "locked") }
             var from = try reachable(parent, in: state, takingDrops: true)
-            guard let moving = from.drops[name] else { throw Errno(from.passages[name] != nil ? EACCES : ENOENT, "locked") }
+            guard let moving = from.drops[name] else {
+                throw Errno(from.passages[name] != nil || state.existed(name, in: from) ? EACCES : ENOENT, "locked")
+            }
             let sameDirectory = from.node === nodes.node(newParent) || LockedDrops.Key(from.node) == LockedDrops.Key(nodes.node(newParent))
             var to = sameDirectory ? from : try reachable(newParent, in: state, takingDrops: true)
             guard to.passages[newName] == nil else { throw Errno(EACCES, "locked") }
             if sameDirectory && name == newName { return true }
             let replaced = to.drops[newName]
+            // Over a name from before the lock that the kernel does not know: refused, as its
+            // file's key is gone (with RENAME_NOREPLACE, it exists).
+            if replaced == nil && state.existed(newName, in: to) {
+                throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
+            }
             if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
             let target = try replaced?.backing ?? dropName(newName, state)
             // A file from before the lock is replaced only with the keys (its encrypted name
@@ -425,6 +473,7 @@ extension PlainFileSystem {
             var moved = moving
             moved.backing = target
             from.drops[name] = nil
+            if let digest = state.digest { from.existing.remove(digest(name)) }  // moved away: the name is free
             if sameDirectory { to = from }
             to.drops[newName] = moved
             moving.node.setName(newName, parent: to.node)

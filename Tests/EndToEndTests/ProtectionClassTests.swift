@@ -491,4 +491,46 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 40, fsck.stdout)
         XCTAssertTrue(fsck.stdout.contains("damaged: /public/x") && fsck.stdout.contains("damaged: /public2/x"), fsck.stdout)
     }
+
+    /// A program opens its database, made before the lock and not looked up since (a new
+    /// daemon), with O_CREAT while locked: EACCES, never a second empty file under the same
+    /// name that the unlock would show as "app.db (dropped …)". The name's lookup says
+    /// EACCES (not ENOENT), so O_EXCL, mkdir and a rename onto it are refused too; new
+    /// names work.
+    func testAFileFromBeforeTheLockIsNeverForkedByAnOpenWhileLocked() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir bg && '\(Harness.coffer)' protect --class unless-open bg > /dev/null
+            python3 -c 'import sqlite3; c = sqlite3.connect("bg/app.db"); c.execute("create table t(x)"); c.executemany("insert into t values (?)", [(i,) for i in range(10)]); c.commit()'
+            mkdir bg/olddir
+            """), "setup")
+        vault.unmount()
+        vault.mount()  // a new daemon: the kernel has looked up nothing in bg
+        let r = vault.sh("""
+            stat -c %F bg > /dev/null
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            python3 - <<'PY'
+            import errno, os
+            def attempt(what, f):
+                try:
+                    f(); print(what, "ok")
+                except OSError as e:
+                    print(what, errno.errorcode[e.errno])
+            attempt("open", lambda: os.close(os.open("bg/app.db", os.O_CREAT | os.O_RDWR, 0o644)))
+            attempt("excl", lambda: os.close(os.open("bg/app.db", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o644)))
+            attempt("stat", lambda: os.stat("bg/app.db"))
+            attempt("mkdir", lambda: os.mkdir("bg/olddir"))
+            attempt("new", lambda: os.close(os.open("bg/new.db", os.O_CREAT | os.O_RDWR, 0o644)))
+            attempt("rename", lambda: os.rename("bg/new.db", "bg/app.db"))
+            attempt("missing", lambda: os.stat("bg/missing"))
+            PY
+            '\(Harness.coffer)' unlock --passfile '\(vault.passfile)' "$M" > /dev/null
+            ls bg
+            sqlite3 bg/app.db 'select count(*) from t'
+            """)
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init), [
+            "open EACCES", "excl EACCES", "stat EACCES", "mkdir EACCES", "new ok", "rename EACCES", "missing ENOENT",
+            "app.db", "new.db", "olddir", "10",
+        ], r.stderr)
+    }
 }
