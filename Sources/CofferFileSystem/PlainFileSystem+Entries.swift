@@ -191,10 +191,12 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
             let targetSidecar = st.flatMap { lastLinkTargetSidecar(backing.name, stat: $0, in: dir, keys: keys) }
+            let keyRecord = st.flatMap { lastLinkKeyRecord(backing.name, stat: $0, in: dir, keys: keys) }
             if let st { markRemovedThroughMount(st) }
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
             if let targetSidecar { SymlinkCodec.removeSidecar(targetSidecar, in: nodes.root.fd) }
+            if let keyRecord { DropRecord.remove(fileID: keyRecord, root: nodes.root.fd) }
         }
     }
 
@@ -214,6 +216,19 @@ extension PlainFileSystem {
         guard keys.codecs.symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1,
               st.st_size == SymlinkCodec.referenceLength, let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
         return keys.codecs.symlinks.sidecar(of: linkTarget)
+    }
+
+    /// The file ID of the key record that backing entry `backingName` (stat `st`) takes with
+    /// it when it goes: the last link of a file made while locked (its header sealed,
+    /// FORMAT.md §12), in a vault that has key records; else nil. The header is read only
+    /// where coffer.drops exists (one stat of it for every other removal).
+    private func lastLinkKeyRecord(_ backingName: String, stat st: stat, in dir: Node, keys: Keys) -> FileID? {
+        guard keys.set.drops != nil, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
+              (try? Sys.stat(DropRecord.directory, in: nodes.root.fd)) != nil,
+              let fd = try? FileDescriptor.openRegular(backingName, in: dir.fd),
+              let header = try? ContentFile(fd: fd.rawValue, cipher: keys.set.content, layout: layout).header(),
+              header.isSealed else { return nil }
+        return header.fileID
     }
 
     /// Removes an empty directory: first renamed out of the way, then emptied of its IV
@@ -266,6 +281,8 @@ extension PlainFileSystem {
             // A symlink replaced by the rename takes its long target's sidecar with it.
             let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
                 ? target.flatMap { lastLinkTargetSidecar(new.name, stat: $0, in: to, keys: keys) } : nil
+            let replacedRecord = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
+                ? target.flatMap { lastLinkKeyRecord(new.name, stat: $0, in: to, keys: keys) } : nil
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let target {
                 markRemovedThroughMount(target)
             }
@@ -301,6 +318,7 @@ extension PlainFileSystem {
                 NameTransform.removeSidecar(old, in: from.fd)
             }
             if let replacedSidecar { SymlinkCodec.removeSidecar(replacedSidecar, in: nodes.root.fd) }
+            if let replacedRecord { DropRecord.remove(fileID: replacedRecord, root: nodes.root.fd) }
         }
     }
 

@@ -533,4 +533,25 @@ final class ProtectionClassTests: EndToEndCase {
             "app.db", "new.db", "olddir", "10",
         ], r.stderr)
     }
+
+    /// A file made while locked keeps its key in a key record; removing the file after the
+    /// unlock (rm, or a rename over it) removes its record too, and fsck finds no leftover.
+    func testAKeyRecordGoesWithItsFile() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir bg && '\(Harness.coffer)' protect --class unless-open bg > /dev/null && ls bg
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            for f in a b c d e; do echo "made while locked: $f" > bg/$f; done
+            '\(Harness.coffer)' unlock --passfile '\(vault.passfile)' "$M" > /dev/null
+            """), "files made while locked")
+        let records = "ls '\(vault.cipherdir)/coffer.drops' | wc -l"
+        XCTAssertEqual(Harness.sh(records).stdout, "5\n")
+        assertOK(vault.sh("rm bg/a bg/b && mv bg/c bg/d && ls bg && cat bg/d bg/e"), "remove and replace")
+        XCTAssertEqual(Harness.sh(records).stdout, "2\n", "the records of removed files stayed")
+        XCTAssertEqual(vault.sh("cat bg/d bg/e").stdout, "made while locked: c\nmade while locked: e\n")
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout)
+        XCTAssertFalse(fsck.stdout.contains("leftover"), fsck.stdout)
+    }
 }
