@@ -111,6 +111,9 @@ extension PlainFileSystem {
         let place = Place(dirIV: try directoryIV(parent, keys: keys), name: name)
         do {
             try DirectoryIV.create(in: dir.fd, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+            // Kept beside it: if the arriving IV file replaces this one, what is made here
+            // is still read under the copy (DirectoryIV.keptCopyName).
+            try DirectoryIV.keepCopy(in: dir.fd)
             logger.notice("gave a directory that another program is still filling (backing inode \(dir.ino)) an IV of its own, to make an entry in it; the IV it arrives with will be settled beside it")
             dir.forgetDirectoryIV()  // read (and checked) anew, with any conflict copy beside it
         } catch let error as Errno where error.code == EEXIST {

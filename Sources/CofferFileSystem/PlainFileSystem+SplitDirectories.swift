@@ -17,7 +17,9 @@ extension PlainFileSystem {
     func names(of dir: Node, keys: Keys, listed: [String]? = nil) throws -> DirectoryNames {
         let own = try directoryIV(dir, keys: keys)
         let copies = listed.map { $0.contains(where: DirectoryIV.isConflictCopy) } ?? true
-        let alternates = !copies ? [] : (try? alternateIVs(dir, keys: keys)) ?? []
+        // A copy that holds the directory's own IV (coffer's kept copy, while nothing
+        // replaced the IV file) stands for no name.
+        let alternates = !copies ? [] : ((try? alternateIVs(dir, keys: keys)) ?? []).filter { $0.iv != own }
         return try DirectoryNames(keys.codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
     }
 

@@ -125,8 +125,30 @@ public enum DirectoryIV {
 
     /// Whether backing entry `name` is a sync engine's conflict copy of the IV file: the
     /// directory was made on two machines, and the names each made are encrypted under
-    /// its own IV (FORMAT.md §5).
-    public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
+    /// its own IV (FORMAT.md §5). coffer's own kept copy (`keptCopyName`) counts as one.
+    public static func isConflictCopy(_ name: String) -> Bool { name == keptCopyName || ConflictName.isCopy(name, of: fileName) }
+
+    /// The copy coffer keeps of the IV file it gives a directory that is still arriving
+    /// (`isArriving`) when an entry is made in it. An engine that keeps one side of a
+    /// conflict may then replace coffer's IV file with the one the directory arrives with,
+    /// instead of keeping both: the names made here stay readable under this copy, which
+    /// serves as an alternate IV like an engine's conflict copy until the directory
+    /// settles on one IV. While it holds the directory's own IV it stands for nothing.
+    public static let keptCopyName = "coffer.kept.diriv"
+
+    /// Keeps a copy of `dir`'s IV file under `keptCopyName` (synced), if there is none.
+    public static func keepCopy(in dir: Int32) throws {
+        guard (try? Sys.stat(keptCopyName, in: dir)) == nil else { return }
+        let bytes = try Sys.readFile(fileName, in: dir, limit: 64)
+        let fd = try FileDescriptor.open(keptCopyName, in: dir, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
+        do {
+            try bytes.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
+            try Sys.fsync(fd.rawValue)
+        } catch {
+            try? Sys.unlink(keptCopyName, in: dir)
+            throw error
+        }
+    }
 
     /// The conflict copies of `dir`'s IV file, by name (one listing of `dir`). A copy
     /// that is not a valid IV file is left out; whether one was made for this directory

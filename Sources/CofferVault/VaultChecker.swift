@@ -322,7 +322,9 @@ public final class VaultChecker {
         var alternates: [DirectoryNames.Alternate] = []
         var misplaced = Set<String>()
         for copy in (try? DirectoryIV.alternates(in: dir, bound: bindsDirectories)) ?? [] {
-            if (try? DirectoryBinding.fits(copy.record, places: places, macs: keys.places)) == true {
+            if copy.record.iv == iv && copy.name == DirectoryIV.keptCopyName {
+                misplaced.insert(copy.name)  // coffer's kept copy of the IV it gave an arriving directory: nothing to report
+            } else if (try? DirectoryBinding.fits(copy.record, places: places, macs: keys.places)) == true {
                 alternates.append(.init(fileName: copy.name, iv: copy.record.iv))
             } else {
                 misplaced.insert(copy.name)

@@ -219,6 +219,35 @@ final class OtherWritersTests: EndToEndCase {
         XCTAssertTrue(fsck.stdout.contains("1 directory still arriving"), fsck.stdout)
     }
 
+    /// An engine that keeps one side of a conflict (Unison's prefer, rclone bisync's
+    /// conflict-loser delete) replaces the IV file coffer gave an arriving directory with
+    /// the one it arrives with, instead of keeping both: the file made here stays readable
+    /// beside the arrived ones (under coffer's kept copy of its IV), settles under the
+    /// arrived IV at the next change, and fsck finds no damage.
+    func testAnArrivingIVFileThatReplacesCoffersHidesNothingMadeHere() {
+        let vault = MountedVault(scratch: scratch)
+        vault.environment = ["COFFER_ARRIVAL_WINDOW": "10"]
+        vault.mount()
+        assertOK(vault.sh(helpers + """
+            mkdir two; echo 'made there' > two/theirs; bt=$(backing two); mv "$C/$bt" "$C/../there"
+            soon '[ ! -e two ]'
+            mkdir "$C/$bt"; soon '[ -d two ]'
+            echo 'made here' > two/mine                           # made while the directory arrives
+            cp "$C/../there/coffer.diriv" "$C/$bt/.tmp" && mv -f "$C/$bt/.tmp" "$C/$bt/coffer.diriv"   # replaces coffer's
+            rm "$C/../there/coffer.diriv"; mv "$C/../there"/* "$C/$bt/"; rmdir "$C/../there"
+            soon '[ "$(ls two | tr "\n" " ")" = "mine theirs " ]' || { ls two; exit 1; }
+            [ "$(cat two/theirs) $(cat two/mine)" = "made there made here" ]
+            echo 'a change' > two/third                           # settles the directory on one IV
+            [ "$(ls two | tr "\n" " ")" = "mine theirs third " ] || { ls two; exit 1; }
+            [ "$(cat two/mine)" = "made here" ]
+            [ ! -e "$C/$bt/coffer.kept.diriv" ] || { echo "the kept copy outlived the settlement"; exit 1; }
+            """), "an arriving IV replaces coffer's")
+        XCTAssertFalse(vault.log.contains("damage"), vault.log)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+    }
+
     func testADirectoryMadeOnTwoMachinesKeepsEveryFileAndSettlesOnOneIV() {
         let vault = mountedVault()
         let marker = ".sync-conflict-20261123-101500-ABCDEFG"
