@@ -223,6 +223,12 @@ extension Vault {
             guard case .success(let record) = entry.record, record.id == id else { continue }
             Vault.destroy(entry.name, in: dir.rawValue, shownAs: SlotFile.directory + "/" + entry.name, into: &report)
         }
+        // A temp file an interrupted write of this slot left (.<id>.slot.tmp.…) holds its
+        // wrapped key too.
+        let temp = AtomicFile.tempPrefix(of: SlotFile.fileName(id: id))
+        for name in (try? Sys.listDirectory(dir.rawValue)) ?? [] where name.hasPrefix(temp) {
+            Vault.destroy(name, in: dir.rawValue, shownAs: SlotFile.directory + "/" + name, into: &report)
+        }
         try AtomicFile.syncDirectory(dir.rawValue)
         return report
     }

@@ -92,7 +92,7 @@ struct KeySlotAdd: ParsableCommand {
     @Flag(name: .long, help: "Add a slot whose random key your desktop keyring keeps (the Secret Service's default collection) instead of a passphrase slot.")
     var keyring = false
 
-    @Option(name: .long, help: ArgumentHelp("With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7; the slot stops opening when one changes.", valueName: "list"))
+    @Option(name: .long, help: ArgumentHelp("With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7 (default 7, the Secure Boot state); the slot stops opening when one changes. \"none\": no PCR, the slot opens whatever boots this machine.", valueName: "list"))
     var tpm2Pcrs: String?
 
     @Argument(help: "The vault's backing directory.")
@@ -109,7 +109,7 @@ struct KeySlotAdd: ParsableCommand {
         if let tpm2Pcrs {
             guard tpm2 else { throw ValidationError("--tpm2-pcrs goes with --tpm2") }
             guard TPM2Slots.parsePCRs(tpm2Pcrs) != nil else {
-                throw ValidationError("--tpm2-pcrs takes PCR indexes 0–23 separated by commas, each once, such as 0,7")
+                throw ValidationError("--tpm2-pcrs takes PCR indexes 0–23 separated by commas, each once, such as 0,7, or none")
             }
         }
         if let problem = SlotFile.labelProblem(label) { throw ValidationError("--label: \(problem)") }
@@ -124,9 +124,11 @@ struct KeySlotAdd: ParsableCommand {
             let master = try secret.masterKey(of: vault, prompt: "Existing passphrase: ")
             defer { master.wipe() }
             if let tpm {
-                let pcrs = tpm2Pcrs.flatMap(TPM2Slots.parsePCRs) ?? []
+                let pcrs = tpm2Pcrs.flatMap(TPM2Slots.parsePCRs) ?? TPM2Slots.defaultPCRs
                 let record = try TPM2Slots.add(to: vault, tpm: tpm, master: master, label: label, pcrs: pcrs)
-                print("Added TPM2 slot \"\(label)\" (id \(record.id)\(pcrs.isEmpty ? "" : ", PCRs \(pcrs.map(String.init).joined(separator: ","))")) to \(cipherdir).")
+                let bound = pcrs.isEmpty ? "no PCR: it opens whatever boots this machine"
+                    : "PCRs \(pcrs.map(String.init).joined(separator: ",")): it stops opening when one changes"
+                print("Added TPM2 slot \"\(label)\" (id \(record.id)) to \(cipherdir), sealed to this machine's TPM and \(bound).")
                 return
             }
             if keyring {

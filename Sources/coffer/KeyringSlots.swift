@@ -15,7 +15,7 @@ enum KeyringSlots {
         let id = Vault.newSlotID()
         let slotKey = SecureBytes.random(count: SlotFile.slotKeySize)
         defer { slotKey.wipe() }
-        try Keyring.store(slotKey, vault: vault.config.checksum, slot: id, label: "coffer: key slot \"\(label)\" of \(vault.path)")
+        try Keyring.store(slotKey, vault: vault.config.checksum, slot: id, label: "coffer: key slot \"\(label)\" of vault \(vault.config.checksum.prefix(12))")
         do {
             return try vault.addKeyedSlot(kind: SlotFile.keyringKind, id: id, label: label, master: master, slotKey: slotKey)
         } catch {

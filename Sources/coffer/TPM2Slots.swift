@@ -7,8 +7,15 @@ import CofferVault
 import Foundation
 
 enum TPM2Slots {
+    /// The PCRs a TPM2 slot is sealed to unless `--tpm2-pcrs` says otherwise: 7, the Secure
+    /// Boot state (as systemd-cryptenroll binds), so that a stolen disk booted another way
+    /// does not unseal.
+    static let defaultPCRs = [7]
+
     /// Parses `--tpm2-pcrs`: PCR indexes 0–23, separated by commas, each once; sorted.
+    /// "none": no PCR (the slot opens on this machine whatever boots it).
     static func parsePCRs(_ text: String) -> [Int]? {
+        if text == "none" { return [] }
         let parts = text.split(separator: ",", omittingEmptySubsequences: false).map { Int($0.trimmingCharacters(in: .whitespaces)) }
         guard !parts.isEmpty, parts.allSatisfy({ $0.map(SlotFile.TPM2Binding.pcrRange.contains) ?? false }) else { return nil }
         let pcrs = parts.compactMap { $0 }

@@ -118,6 +118,20 @@ final class SlotFileTests: XCTestCase {
         XCTAssertThrowsError(try otherVault.unlock(passphrase: secret("mine"))) { XCTAssertEqual($0 as? VaultError, .wrongPassphrase) }
     }
 
+    /// A temp file that an interrupted write of a slot left holds its wrapped key: removing
+    /// the slot destroys it too; another slot's temp file stays.
+    func testRemovingASlotDestroysItsInterruptedTempFiles() throws {
+        let (vault, _) = try makeVault()
+        let master = try vault.unlock(passphrase: secret(passphrase))
+        let laptop = try vault.addPassphraseSlot(master: master, passphrase: secret("laptop words"), label: "laptop")
+        let phone = try vault.addPassphraseSlot(master: master, passphrase: secret("phone words"), label: "phone")
+        let own = try Data(contentsOf: URL(fileURLWithPath: slotsPath + "/" + SlotFile.fileName(id: laptop.id)))
+        try own.write(to: URL(fileURLWithPath: slotsPath + "/.\(laptop.id).slot.tmp.42.ab"))
+        try own.write(to: URL(fileURLWithPath: slotsPath + "/.\(phone.id).slot.tmp.42.cd"))
+        try vault.removeSlot("laptop")
+        XCTAssertEqual(try slotFileNames(), [".\(phone.id).slot.tmp.42.cd", SlotFile.fileName(id: phone.id)].sorted())
+    }
+
     func testRemovingNeverTakesTheLastWayIn() throws {
         let (vault, recovery) = try makeVault()
         let master = try vault.unlock(passphrase: secret(passphrase))

@@ -28,7 +28,11 @@ final class KeyringSlotTests: EndToEndCase {
         let item = Harness.run(["sh", "-c", "secret-tool lookup -- vault '\(vaultID)' slot '\(slotID)' | wc -c"], environment: desktop.environment)
         XCTAssertEqual(item.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "32", item.stderr)
         let passphrase = try String(contentsOfFile: vault.passfile, encoding: .utf8).trimmingCharacters(in: .newlines)
-        XCTAssertFalse(Harness.run(["secret-tool", "search", "--all", "--", "vault", vaultID], environment: desktop.environment).stdout.contains(passphrase))
+        let found = Harness.run(["secret-tool", "search", "--all", "--", "vault", vaultID], environment: desktop.environment).stdout
+        XCTAssertFalse(found.contains(passphrase))
+        // The item's label names the vault by its id, never by the path CIPHERDIR was given as.
+        XCTAssertTrue(found.contains("label = coffer: key slot \"session\" of vault \(vaultID.prefix(12))"), found)
+        XCTAssertFalse(found.contains(vault.cipherdir), found)
 
         assertOK(coffer(["mount", "--log-file", vault.logFile, "--state-dir", vault.stateDir, vault.cipherdir, vault.mountpoint]), "mount locked")
         let unlocked = coffer(["unlock", "--keyring", vault.mountpoint])

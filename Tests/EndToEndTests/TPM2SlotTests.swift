@@ -90,7 +90,9 @@ final class TPM2SlotTests: EndToEndCase {
     func testASlotOfAnotherMachineIsListedAsSuchAndPassedOverQuietly() throws {
         let laptop = try softwareTPM("laptop.tpm"), desktop = try softwareTPM("desktop.tpm")
         let vault = MountedVault(scratch: scratch)
-        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "laptop", "--passfile", vault.passfile, vault.cipherdir], tpm: laptop), "add on the laptop")
+        let added = coffer(["keyslot", "add", "--tpm2", "--label", "laptop", "--passfile", vault.passfile, vault.cipherdir], tpm: laptop)
+        assertOK(added, "add on the laptop")
+        XCTAssertTrue(added.stdout.contains("PCRs 7: it stops opening when one changes"), "PCR 7 is bound by default: \(added.stdout)")
 
         // On the desktop: the laptop's slot is another machine's; unlock says there is none of this one.
         let list = coffer(["keyslot", "list", vault.cipherdir], tpm: desktop)
@@ -125,7 +127,7 @@ final class TPM2SlotTests: EndToEndCase {
         // And the laptop, with the same files (synced), opens with its own.
         assertOK(coffer(["unlock", "--tpm2", vault.mountpoint], tpm: laptop), "unlock --tpm2 on the laptop")
         let laptopList = coffer(["keyslot", "list", vault.cipherdir], tpm: laptop)
-        XCTAssertTrue(laptopList.stdout.contains("tpm2 (other machine) desktop") && laptopList.stdout.contains("tpm2 (no PCRs) laptop"),
+        XCTAssertTrue(laptopList.stdout.contains("tpm2 (other machine) desktop") && laptopList.stdout.contains("tpm2 (PCRs 7) laptop"),
                       laptopList.stdout)
         vault.unmount()
     }
@@ -139,7 +141,9 @@ final class TPM2SlotTests: EndToEndCase {
         let vault = MountedVault(scratch: scratch)
         let other = MountedVault(scratch: scratch, name: "other")
         assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "mine", "--passfile", vault.passfile, vault.cipherdir], tpm: tpm), "add mine")
-        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "other", "--passfile", other.passfile, other.cipherdir], tpm: tpm), "add the other vault's")
+        let unbound = coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "none", "--label", "other", "--passfile", other.passfile, other.cipherdir], tpm: tpm)
+        assertOK(unbound, "add the other vault's")
+        XCTAssertTrue(unbound.stdout.contains("no PCR: it opens whatever boots this machine"), unbound.stdout)
         let slots = vault.cipherdir + "/coffer.slots/"
         let mine = try XCTUnwrap(FileManager.default.contentsOfDirectory(atPath: slots).first)
         let theirs = try XCTUnwrap(FileManager.default.contentsOfDirectory(atPath: other.cipherdir + "/coffer.slots/").first)
