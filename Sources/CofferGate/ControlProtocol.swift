@@ -127,6 +127,9 @@ public struct GateStatus: Codable, Equatable, Sendable {
     public var filesKeptOpen: Int?
     /// The mount's well-known name on the owner's session bus (nil: not on D-Bus).
     public var busName: String?
+    /// Why the mount is not on the session bus, where it could have been (its name held
+    /// by another program, a bus that refused it); nil otherwise.
+    public var busProblem: String?
     /// What of the desktop session locks the vault (`--lock-on`: "screen", "suspend").
     public var lockOn: [String]?
 }

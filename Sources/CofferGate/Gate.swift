@@ -33,6 +33,8 @@ public final class Gate: Sendable {
         /// session locks it (`--lock-on`), for `status`; set by `attachDesktop`.
         var busName: String?
         var lockOn: [String] = []
+        /// Why the mount is not on the session bus, where one was there.
+        var busProblem: String?
     }
 
     /// One unlock or lock at a time, held through the whole of it — the key derivation of
@@ -235,9 +237,10 @@ public final class Gate: Sendable {
     }
 
     /// Records the mount's bus name (nil: not on D-Bus) and `--lock-on`'s triggers for `status`.
-    public func attachDesktop(busName: String?, lockOn: [String]) {
+    public func attachDesktop(busName: String?, busProblem: String? = nil, lockOn: [String]) {
         state.withLock { state in
             state.busName = busName
+            state.busProblem = busProblem
             state.lockOn = lockOn
         }
     }
@@ -253,6 +256,7 @@ public final class Gate: Sendable {
                           formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
                           transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace,
                           protectionClasses: ProtectionClass.allCases.filter { $0 == .complete || fs.vault.config.hasProtectionClasses }.map(\.name),
-                          filesKeptOpen: fs.filesKeptOpen, busName: state.busName, lockOn: state.lockOn)
+                          filesKeptOpen: fs.filesKeptOpen, busName: state.busName, busProblem: state.busProblem,
+                          lockOn: state.lockOn)
     }
 }

@@ -40,6 +40,7 @@ final class DesktopSession {
     init(gate: Gate, events: EventHub?, id: String, mountpoint: String, lockOn: Set<LockTrigger>, logger: Logger) throws {
         // The session bus: the mount's object.
         var object: MountObject?
+        var busProblem: String?
         do {
             let bus = try Bus(.session, logger: logger)
             do {
@@ -57,11 +58,20 @@ final class DesktopSession {
             } catch {
                 bus.stop()
                 sessionBus = nil
-                logger.warning("D-Bus: the mount is not on the session bus: \(error)")
+                let name = MountObject.namePrefix + MountObject.element(id)
+                busProblem = (error as? BusError)?.code == EEXIST
+                    ? "its name \(name) is held by another program on the session bus" : "\(error)"
+                logger.warning("D-Bus: the mount is not on the session bus: \(busProblem!)")
             }
         } catch {
             sessionBus = nil
             logger.notice("D-Bus: no session bus (\(error)); the mount is not on D-Bus")
+        }
+
+        // With --lock-on, programs wait for will-lock from the mount's name: one that another
+        // program holds would announce nothing of ours.
+        if let busProblem, !lockOn.isEmpty {
+            throw CommandFailure(status: .sessionUnavailable, message: "--lock-on: the mount cannot announce its locks on D-Bus: \(busProblem)")
         }
 
         // The system bus: logind.
@@ -90,7 +100,7 @@ final class DesktopSession {
                 throw CommandFailure(status: .sessionUnavailable, message: "--lock-on: logind cannot be reached on the system bus: \(error)")
             }
         }
-        gate.attachDesktop(busName: object?.name, lockOn: LockTrigger.allCases.filter(lockOn.contains).map(\.rawValue))
+        gate.attachDesktop(busName: object?.name, busProblem: busProblem, lockOn: LockTrigger.allCases.filter(lockOn.contains).map(\.rawValue))
 
         // Every listener hands the event on without waiting.
         events?.listen { [object] event in

@@ -283,7 +283,7 @@ struct StatusCommand: ParsableCommand {
                 State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
                 Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")\(status.lockGraceSeconds.map { $0 > 0 ? String(format: ", announced %.0f s before", $0) : "" } ?? "")
                 Subscribers:     \(status.subscribers.map(String.init) ?? "none (no events)") to coffer events
-                Desktop:         \(status.busName.map { "on the session bus as \($0)" } ?? "not on D-Bus")\((status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and "))
+                Desktop:         \(status.busName.map { "on the session bus as \($0)" } ?? status.busProblem.map { "not on D-Bus: \($0)" } ?? "not on D-Bus")\((status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and "))
                 Protection:      \((status.protectionClasses ?? ["complete"]).joined(separator: ", "))\(status.filesKeptOpen.map { $0 > 0 ? "; \($0) open file\($0 == 1 ? "" : "s") kept through the lock" : "" } ?? "")
                 Failed unlocks:  \(status.failedAttempts)\(status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : "")
                 Mountpoint:      \(status.mountpoint)

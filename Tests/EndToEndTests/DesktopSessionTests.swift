@@ -183,6 +183,35 @@ final class DesktopSessionTests: EndToEndCase {
         XCTAssertTrue(vault.log.contains("D-Bus: Lock refused to uid 65534"), vault.log)
     }
 
+    /// Another program of the owner holds the mount's name on the session bus: the mount
+    /// runs without it and `status` says why; with --lock-on (programs wait for the lock's
+    /// announcement on that name) the mount is refused with status 49.
+    func testAMountWhoseBusNameIsHeldSaysSoAndLockOnIsRefused() {
+        let vault = MountedVault(scratch: scratch)
+        let r = run("""
+            bus_up; mount_vault
+            N=$("$COFFER" status --json "$M" | jq -r .busName)
+            unmount_vault
+            started /usr/bin/python3 -c 'import dbus, sys, time; b = dbus.bus.BusConnection(sys.argv[1]); b.request_name(sys.argv[2]); print("held", flush=True); time.sleep(120)' "$BUS" "$N" > "$S/holder"
+            soon 'grep -q held "$S/holder"'
+            mount_vault
+            "$COFFER" status "$M" | grep '^Desktop:' | sed "s/$N/NAME/"
+            "$COFFER" status --json "$M" | jq -r .busProblem | sed "s/$N/NAME/"
+            unmount_vault
+            logind_up
+            mount_vault --lock-on screen 2>&1 | sed "s/$N/NAME/" || true
+            mountpoint -q "$M" || echo "not mounted"
+            """, vault)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr + vault.log)
+        XCTAssertEqual(r.stdout, """
+            Desktop:         not on D-Bus: its name NAME is held by another program on the session bus
+            its name NAME is held by another program on the session bus
+            coffer: --lock-on: the mount cannot announce its locks on D-Bus: its name NAME is held by another program on the session bus
+            not mounted
+
+            """, vault.log)
+    }
+
     func testWithoutASessionBusTheDaemonRunsAndSaysSoOnce() {
         let vault = MountedVault(scratch: scratch)
         vault.environment = ["DBUS_SESSION_BUS_ADDRESS": "unix:path=\(scratch.path)/no-bus"]
