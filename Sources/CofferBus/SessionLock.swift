@@ -62,6 +62,19 @@ public final class SessionLock: Sendable {
                 guard let sleeping = try? message.readBool() else { return }
                 sleeping ? lockBeforeSleep() : takeInhibitor()
             }
+            // A restarted logind knows no inhibitor of before: take a new one from it.
+            try bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.logind)'") { [self] message in
+                guard (try? message.readString()) == Self.logind, let old = try? message.readString(),
+                      let new = try? message.readString() else { return }
+                if new.isEmpty {
+                    dropInhibitor()
+                    bus.logger.warning("session: logind left the system bus: a suspend now will not wait for the lock")
+                } else {
+                    dropInhibitor()
+                    bus.logger.notice("session: logind is on the system bus again (\(old.isEmpty ? "started" : "replaced")): taking a new inhibitor")
+                    takeInhibitor()
+                }
+            }
             let fd = try bus.call(try inhibitCall()).readDescriptor()
             inhibitor.withLock { $0 = fd }
             bus.logger.notice("session: a suspend waits for the vault's lock (logind delay inhibitor held; grace before sleep at most \(suspendGrace) s)")
@@ -107,6 +120,11 @@ public final class SessionLock: Sendable {
         }
     }
 
+    /// Lets go of the inhibitor held (logind left or restarted: it is nothing to logind now).
+    private func dropInhibitor() {
+        if let stale = inhibitor.withLock({ held -> Int32? in defer { held = nil }; return held }) { Sys.close(stale) }
+    }
+
     /// After a resume (or at a failed suspend), a new inhibitor for the next suspend.
     private func takeInhibitor() {
         guard inhibitor.withLock({ $0 == nil }) else { return }
@@ -123,7 +141,7 @@ public final class SessionLock: Sendable {
                         return nil
                     }
                     if let surplus { Sys.close(surplus) }
-                    bus.logger.notice("session: resumed; inhibitor taken again")
+                    bus.logger.notice("session: inhibitor taken again")
                 } catch {
                     bus.logger.error("session: no inhibitor after resume (\(error)): the next suspend will not wait for the lock")
                 }

@@ -14,7 +14,8 @@ final class DesktopSessionTests: EndToEndCase {
     /// another uid), InhibitDelayMaxUSec, PrepareForSleep; Session.Lock and LockedHint.
     /// Commands on standard input: `sleep` (PrepareForSleep(true), then the sleep once
     /// every inhibitor is released or after 5 s, as logind), `resume`, `lock c1|c2`,
-    /// `hint c1|c2`. Logs each step, with the vault's state where it matters.
+    /// `hint c1|c2`, `quit` (logind leaves the bus). Logs each step, with the vault's state
+    /// where it matters.
     static let logind = #"""
         import os, subprocess, sys, time
         import dbus, dbus.service
@@ -81,6 +82,8 @@ final class DesktopSessionTests: EndToEndCase {
                     log("sleep", "allowed" if not held else "forced with %d inhibitor(s) held" % len(held), state())
                     return False
                 GLib.timeout_add(20, allowed)
+            elif word[0] == "quit":
+                log("quit"); loop.quit(); return False
             elif word[0] == "resume":
                 manager.PrepareForSleep(False); log("resumed")
             elif word[0] == "lock":
@@ -208,6 +211,33 @@ final class DesktopSessionTests: EndToEndCase {
             its name NAME is held by another program on the session bus
             coffer: --lock-on: the mount cannot announce its locks on D-Bus: its name NAME is held by another program on the session bus
             not mounted
+
+            """, vault.log)
+    }
+
+    /// logind restarts (it forgets every inhibitor): the mount takes a new one from the
+    /// new logind, so the next suspend still waits until the vault is locked.
+    func testAfterLogindRestartsASuspendStillWaitsForTheLock() {
+        let vault = MountedVault(scratch: scratch)
+        let r = run("""
+            bus_up; logind_up; mount_vault --lock-on suspend
+            echo quit >&3; exec 3>&-                             # logind leaves the bus
+            soon 'grep -q "logind left the system bus" "$LOG"'
+            rm "$S/ctl"; mv "$S/logind" "$S/logind.first"
+            logind_up                                            # a new logind, knowing no inhibitor
+            soon 'grep -q "^inhibit" "$S/logind"'
+            echo sleep >&3
+            soon 'grep -q "^sleep " "$S/logind"'
+            unmount_vault
+            cat "$S/logind"
+            """, vault)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr + vault.log)
+        XCTAssertEqual(r.stdout, """
+            ready
+            inhibit sleep coffer delay
+            prepare for sleep state=unlocked
+            released coffer state=locked
+            sleep allowed state=locked
 
             """, vault.log)
     }
