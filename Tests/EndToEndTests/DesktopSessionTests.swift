@@ -1,6 +1,7 @@
 // End-to-end: the desktop session (docs/CONTROL.md, "D-Bus" and "The session locks
 // the vault"). Each test runs its own dbus-daemon on a socket in its scratch directory
-// — the owner's session bus, and the system bus where a stand-in for logind (python3-dbus,
+// — the owner's session bus, and a system bus with Debian's deny-by-default policy and
+// logind's own policy file, where a stand-in for logind (python3-dbus,
 // the methods and signals coffer uses and nothing else) answers — and ends both with
 // it. The mount's object is read and called with busctl, its signals heard with gdbus;
 // the stand-in says when coffer took and released its inhibitor, and the vault's state
@@ -99,9 +100,11 @@ final class DesktopSessionTests: EndToEndCase {
         """#
 
     /// Shell helpers: `started CMD…` runs CMD in the background (outside the mount);
-    /// `bus_up` starts a private bus at $S/bus (its address in $BUS) that any user may
-    /// reach (the tests call it as nobody too); `logind_up` starts the stand-in on it,
-    /// commanded through fd 3; whatever runs when the script ends is ended with it.
+    /// `bus_up` starts a private session bus at $S/bus (its address in $BUS) that any user
+    /// may reach (the tests call it as nobody too), and a system bus at $S/sysbus ($SYSBUS)
+    /// with the system bus's deny-by-default policy and logind's own policy file;
+    /// `logind_up` starts the stand-in on the system bus, commanded through fd 3; whatever
+    /// runs when the script ends is ended with it.
     static let helpers = """
         started() { (cd / && exec "$@") & }
         trap 'exec 3>&- 2>/dev/null; kill $(jobs -p) 2>/dev/null || true' EXIT
@@ -114,17 +117,35 @@ final class DesktopSessionTests: EndToEndCase {
         </busconfig>
         CONF
           started dbus-daemon --config-file="$S/bus.conf" --nofork --nopidfile > "$S/bus.log" 2>&1
-          soon '[ -S "$S/bus" ]'
-          BUS="unix:path=$S/bus"
+          # The system bus, as Debian configures it: deny by default, what logind's own
+          # policy file opens (installed with systemd) for logind's methods.
+          cat > "$S/sysbus.conf" <<CONF
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN" "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig><type>system</type><listen>unix:path=$S/sysbus</listen><auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow user="*"/><deny own="*"/><deny send_type="method_call"/>
+            <allow send_type="signal"/><allow send_requested_reply="true" send_type="method_return"/>
+            <allow send_requested_reply="true" send_type="error"/>
+            <allow receive_type="method_call"/><allow receive_type="method_return"/><allow receive_type="error"/><allow receive_type="signal"/>
+            <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+            <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+            <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+          </policy>
+          <include>/usr/share/dbus-1/system.d/org.freedesktop.login1.conf</include>
+        </busconfig>
+        CONF
+          started dbus-daemon --config-file="$S/sysbus.conf" --nofork --nopidfile > "$S/sysbus.log" 2>&1
+          soon '[ -S "$S/bus" ] && [ -S "$S/sysbus" ]'
+          BUS="unix:path=$S/bus" SYSBUS="unix:path=$S/sysbus"
         }
         logind_up() {
           mkfifo "$S/ctl"; exec 3<> "$S/ctl"     # read-write: opening it waits for no reader
           # Not through `started`: a background job's own redirection is what keeps its stdin.
-          (cd / && exec /usr/bin/python3 "$LOGIND" "$BUS" "$(id -u)" "$S/logind" "$COFFER" "$M") < "$S/ctl" > "$S/logind.err" 2>&1 &
+          (cd / && exec /usr/bin/python3 "$LOGIND" "$SYSBUS" "$(id -u)" "$S/logind" "$COFFER" "$M") < "$S/ctl" > "$S/logind.err" 2>&1 &
           soon 'grep -q ready "$S/logind"'
         }
         mount_vault() {
-          DBUS_SESSION_BUS_ADDRESS="$BUS" COFFER_LOGIND_BUS_ADDRESS="$BUS" \\
+          DBUS_SESSION_BUS_ADDRESS="$BUS" COFFER_LOGIND_BUS_ADDRESS="$SYSBUS" \\
             "$COFFER" mount --passfile "$PASS" --log-file "$LOG" --state-dir "$S/state" "$@" "$C" "$M"
         }
         state() { "$COFFER" status --json "$M" | jq -r .state; }
@@ -240,6 +261,36 @@ final class DesktopSessionTests: EndToEndCase {
             sleep allowed state=locked
 
             """, vault.log)
+    }
+
+    /// An ordinary user's mount with --lock-on suspend, on a system bus that denies by
+    /// default: every call it makes to logind is one logind's policy allows any user, so it
+    /// holds its inhibitor and the suspend waits for the lock.
+    func testAUsersMountFollowsSuspendOnADenyByDefaultSystemBus() {
+        let vault = MountedVault(scratch: scratch)
+        let r = run("""
+            bus_up; logind_up
+            chmod 755 "$S"; chown -R nobody: "$C" "$M" "$PASS"; mkdir "$S/nobody"; chown nobody: "$S/nobody"
+            runuser -u nobody -- env DBUS_SESSION_BUS_ADDRESS="$BUS" COFFER_LOGIND_BUS_ADDRESS="$SYSBUS" HOME="$S/nobody" \\
+              "$COFFER" mount --passfile "$PASS" --socket "$S/nobody/s" --log-file "$S/nobody/log" --state-dir "$S/nobody/state" \\
+              --lock-on suspend "$C" "$M"
+            soon 'grep -q "^inhibit" "$S/logind"'
+            echo sleep >&3
+            soon 'grep -q "^sleep " "$S/logind"'
+            "$COFFER" status --json --socket "$S/nobody/s" "$M" | jq -r .state
+            runuser -u nobody -- "$COFFER" unmount "$M"
+            sed 's/ state=.*//' "$S/logind"
+            """, vault)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr + ((try? String(contentsOfFile: scratch.path + "/nobody/log", encoding: .utf8)) ?? ""))
+        XCTAssertEqual(r.stdout, """
+            locked
+            ready
+            inhibit sleep coffer delay
+            prepare for sleep
+            released coffer
+            sleep allowed
+
+            """, r.stderr)
     }
 
     func testWithoutASessionBusTheDaemonRunsAndSaysSoOnce() {
