@@ -79,6 +79,10 @@ enum Harness {
     static let flipByte = "python3 -c 'import sys; f = open(sys.argv[1], \"r+b\"); f.seek(int(sys.argv[2])); "
         + "b = f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 0xff]))'"
 
+    /// The sanitizer coffer and the tests were built with (`scripts/test --sanitize`), if
+    /// any. A memory scan reads no sanitizer's address space (its shadow maps terabytes).
+    static var sanitizer: String? { ProcessInfo.processInfo.environment["COFFER_SANITIZER"] }
+
     /// Python that defines `scan(pid, needles)`: how often each of the byte strings in the
     /// dict `needles` occurs in the readable memory of process `pid` (read as root through
     /// /proc/PID/mem), by name.
