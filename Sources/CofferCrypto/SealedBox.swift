@@ -28,11 +28,22 @@ public struct SealedBox: Sendable {
     /// so the same record sealed on two machines is the same bytes (a sync engine sees no
     /// conflict), and different records never share a nonce. Reveals only whether two
     /// records are equal; for small records whose equality is no secret.
+    /// The plaintext is hashed in place (never copied: it may be a key).
     public func sealDeterministically(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8]) throws -> [UInt8] {
         var nonce = [UInt8](repeating: 0, count: Self.nonceSize)
-        let message = associatedData + Array(plaintext)
+        // The hash state (libsodium's aligned, opaque type) holds key material: zeroed after.
+        let size = crypto_generichash_statebytes()
+        let memory = UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 64)
+        defer {
+            sodium_memzero(memory, size)
+            memory.deallocate()
+        }
+        let state = OpaquePointer(memory)
         let rc = try key.lend { key in
-            crypto_generichash(&nonce, Self.nonceSize, message, UInt64(message.count), key, self.key.count)
+            crypto_generichash_init(state, key, self.key.count, Self.nonceSize)
+                | crypto_generichash_update(state, associatedData, UInt64(associatedData.count))
+                | crypto_generichash_update(state, plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count))
+                | crypto_generichash_final(state, &nonce, Self.nonceSize)
         }
         precondition(rc == 0, "crypto_generichash failed")
         return try seal(plaintext, associatedData: associatedData, nonce: nonce)

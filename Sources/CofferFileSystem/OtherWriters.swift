@@ -175,7 +175,7 @@ extension PlainFileSystem {
             // Made while locked on another machine: converted at the next lookup or
             // listing here, under its name, which the kernel may hold as absent.
             dir.dropsChecked.store(false, ordering: .releasing)
-            let name = try? withKeys(activity: false) { keys in try keys.set.drops.map { try DropName.decode(event.name, keys: $0) } }
+            let name = try? withKeys(activity: false) { keys in try keys.set.drops.map { try DropName.decode(event.name, keys: $0, bound: bindsDrops).name } }
             if let name = name ?? nil { hooks.invalidate(name, in: dirID) }
             return
         }

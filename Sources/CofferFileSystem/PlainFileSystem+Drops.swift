@@ -1,17 +1,19 @@
-// New files while locked (format 6, docs/FORMAT.md §12): in a directory of class
-// `unless-open` a program may create files and directories while the vault is locked,
-// write, fsync and read them through its descriptors, rename and remove them among
-// themselves — a maildir delivery, a sqlite database with its journal, an rsync of a
-// tree. Each is a *drop* (CofferVault's Drop): its name and its key sealed to the drop
-// key's public half, so the daemon holds nothing that reads the files from before the
-// lock. At the unlock each drop becomes an ordinary entry under its name (its content
-// keeps its own key, read from its key record); one found later — carried from another
-// machine, or left by a daemon that ended while locked — is converted when its directory
-// is listed, in the same way, so that every machine converting it writes the same bytes.
+// New files while locked (format 6; bound to their place from format 7: docs/FORMAT.md
+// §12): in a directory of class `unless-open` a program may create files and directories
+// while the vault is locked, write, fsync and read them through its descriptors, rename
+// and remove them among themselves — a maildir delivery, a sqlite database with its
+// journal, an rsync of a tree. Each is a *drop* (CofferVault's Drop): its name and its
+// key sealed to the drop key's public half, so the daemon holds nothing that reads the
+// files from before the lock. At the unlock each drop becomes an ordinary entry under its
+// name (its content keeps its own key, read from its key record); one found later —
+// carried from another machine, or left by a daemon that ended while locked — is
+// converted when its directory is listed, in the same way, so that every machine
+// converting it writes the same bytes, and only if FoundDrop's rule accepts it.
 //
 // What a lock keeps for this: the directories that take drops (unless-open, known to the
-// kernel at the lock) and the names on the way to them from the root, so that a program
-// can still reach them by path; those names stay in the daemon's memory while locked.
+// kernel at the lock), their IVs (format 7) and the names on the way to them from the
+// root, so that a program can still reach them by path (those names stay in the daemon's
+// memory while locked); and the names they hold, as keyed digests.
 import CofferCrypto
 import CofferSystem
 import CofferVault
@@ -48,6 +50,9 @@ final class LockedDrops: Sendable {
         let node: Node
         /// New entries may be made in it (it is unless-open), not only passed through.
         var takesDrops: Bool
+        /// Its IV, which the sealed name of a drop made in it is bound to (format 7): read
+        /// at the lock, or chosen when it was made while locked.
+        var iv: [UInt8]?
         /// Names kept from before the lock, leading to directories that take drops.
         var passages: [[UInt8]: Node] = [:]
         /// Entries made since the lock, by name.
@@ -100,6 +105,7 @@ extension PlainFileSystem {
         let digest = KeyedDigest()
         for (key, dir) in directories where dir.takesDrops {
             directories[key]!.existing = existingNames(in: dir.node, keys: keys, digest: digest)
+            if bindsDrops { directories[key]!.iv = try? directoryIV(dir.node, keys: keys) }
         }
         // The files the kernel knows in them, under short encrypted names still theirs.
         for node in all where node.isRegular {
@@ -125,7 +131,7 @@ extension PlainFileSystem {
         }
         var existing = Set<[UInt8]>()
         for backing in listed {
-            let name = DropName.isDrop(backing) ? keys.set.drops.flatMap { try? DropName.decode(backing, keys: $0) }
+            let name = DropName.isDrop(backing) ? keys.set.drops.flatMap { try? DropName.decode(backing, keys: $0, bound: bindsDrops).name }
                 : (try? names.decode(backing, in: dir.fd))??.name
             if let name { existing.insert(digest(name)) }
         }
@@ -173,7 +179,7 @@ extension PlainFileSystem {
     /// under a drop's name was found in CIPHERDIR and must pass `FoundDrop`'s rule.
     func convert(_ backing: String, in dir: Node, keys: Keys, madeHere: Node? = nil) throws -> (name: [UInt8], backing: String) {
         guard let dropKeys = keys.set.drops else { throw Errno(EACCES, "no drop key") }
-        let name = try DropName.decode(backing, keys: dropKeys)
+        let (name, binding) = try DropName.decode(backing, keys: dropKeys, bound: bindsDrops)
         let st = try Sys.stat(backing, in: dir.fd)
         if let madeHere, UInt64(st.st_ino) != madeHere.ino || UInt64(st.st_dev) != madeHere.dev {
             throw VaultError.dropRefused(reason: "its backing entry was replaced since this mount made it")
@@ -189,36 +195,17 @@ extension PlainFileSystem {
             new = try backingName(shown, in: dir, keys: keys)
         }
         let place = Place(dirIV: try directoryIV(dir, keys: keys), name: shown)
+        let found = madeHere == nil
         switch st.st_mode & S_IFMT {
         case S_IFREG:
             let path = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
             try path.withReopened(flags: O_RDWR, owner: st) { fd in
-                let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
-                let header = try file.header()
-                let tag = try keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
-                if madeHere == nil, let refusal = FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
-                    (try? DropRecord.read(fileID: header.fileID, root: nodes.root.fd, keys: dropKeys))?.wipe() != nil
-                }) {
-                    throw VaultError.dropRefused(reason: refusal)
-                }
-                try file.setPlaceTag(tag)
-                try Sys.fsync(fd)
+                try placeDroppedFile(fd, at: place, binding: binding, found: found, keys: keys, dropKeys: dropKeys)
             }
         case S_IFDIR:
             let sub = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-            let iv = FoundDrop.directoryIV(backingName: backing)
-            let existing = try? DirectoryIV.read(in: sub.rawValue, bound: bindsDirectories)
-            if existing != nil || (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) != nil {
-                let fits = try existing.map { try DirectoryBinding.fits($0, places: [place], macs: keys.set.places) } ?? false
-                if let refusal = FoundDrop.directoryRefusal(existing, derivedIV: iv, fitsPlace: fits) ?? (existing == nil ? "its IV file is damaged" : nil) {
-                    throw VaultError.dropRefused(reason: refusal)
-                }
-            } else {
-                _ = try DirectoryIV.create(in: sub.rawValue, iv: iv,
-                                           tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
-                try inheritClass(from: dir, into: sub.rawValue, iv: iv, keys: keys)
-                try Sys.setTimes(sub.rawValue, [st.st_atim, st.st_mtim])
-            }
+            try placeDroppedDirectory(sub.rawValue, named: backing, in: dir, at: place, binding: binding, found: found, keys: keys)
+            try Sys.setTimes(sub.rawValue, [st.st_atim, st.st_mtim])
         default:
             throw VaultError.dropRefused(reason: "neither a file nor a directory")
         }
@@ -232,6 +219,66 @@ extension PlainFileSystem {
         let parent = dir.plaintextPath == "/" ? "" : dir.plaintextPath
         logger.notice("made while locked: \(parent)/\(String(decoding: shown, as: UTF8.self)) (backing inode \(st.st_ino)) is an ordinary entry now")
         return (shown, new.name)
+    }
+
+    /// Step 2 of a conversion for the file open as `fd`: its place tag for `place` written
+    /// (and, format 7, its key record marked placed), after `FoundDrop`'s rule if `found`.
+    private func placeDroppedFile(_ fd: Int32, at place: Place, binding: [UInt8]?, found: Bool, keys: Keys, dropKeys: DropKeys) throws {
+        let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
+        let header = try file.header()
+        let tag = try keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
+        let root = nodes.root.fd
+        if found {
+            let refusal = bindsDrops
+                ? FoundDrop.boundFileRefusal(header, binding: binding, dirIV: place.dirIV, expectedTag: tag, record: {
+                    (try? DropRecord.readRecord(fileID: header.fileID, root: root, keys: keys.set)).map { record in
+                        record.key.wipe()
+                        return record.placed
+                    }
+                })
+                : FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
+                    (try? DropRecord.read(fileID: header.fileID, root: root, keys: keys.set))?.wipe() != nil
+                })
+            if let refusal { throw VaultError.dropRefused(reason: refusal) }
+        }
+        try file.setPlaceTag(tag)
+        try Sys.fsync(fd)
+        // Format 7: the record marked placed once the tag is on the disk (a crash between
+        // leaves a tag this conversion accepts again), so a copy planted again is refused.
+        if bindsDrops && header.isSealed {
+            let record = try DropRecord.readRecord(fileID: header.fileID, root: root, keys: keys.set)
+            defer { record.key.wipe() }
+            if !record.placed { try DropRecord.markPlaced(key: record.key, fileID: header.fileID, metadata: keys.set.metadata, root: root) }
+        }
+    }
+
+    /// Step 2 of a conversion for the directory `sub` (backing name `backing` in `dir`):
+    /// its IV file tagged for `place` — format 7: the one it was made with; format 6: one
+    /// derived from its backing name, made now — and `dir`'s class inherited, after
+    /// `FoundDrop`'s rule if `found`.
+    private func placeDroppedDirectory(_ sub: Int32, named backing: String, in dir: Node, at place: Place, binding: [UInt8]?,
+                                       found: Bool, keys: Keys) throws {
+        let record = try? DirectoryIV.read(in: sub, bound: bindsDirectories)
+        let fits = try record.map { try DirectoryBinding.fits($0, places: [place], macs: keys.set.places) } ?? false
+        if bindsDrops {
+            if found, let refusal = FoundDrop.boundDirectoryRefusal(record, binding: binding, dirIV: place.dirIV, fitsPlace: fits) {
+                throw VaultError.dropRefused(reason: refusal)
+            }
+            guard let record else { throw VaultError.dropRefused(reason: "it has no IV file") }
+            guard !fits else { return }  // tagged before a crash
+            try DirectoryIV.rebind(in: sub, record: record, to: try keys.set.places.directoryTag(iv: record.iv, at: place))
+            try inheritClass(from: dir, into: sub, iv: record.iv, keys: keys)
+            return
+        }
+        let iv = FoundDrop.directoryIV(backingName: backing)
+        guard record == nil && (try? Sys.stat(DirectoryIV.fileName, in: sub)) == nil else {
+            if let refusal = FoundDrop.directoryRefusal(record, derivedIV: iv, fitsPlace: fits) ?? (record == nil ? "its IV file is damaged" : nil) {
+                throw VaultError.dropRefused(reason: refusal)
+            }
+            return  // made before a crash
+        }
+        _ = try DirectoryIV.create(in: sub, iv: iv, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+        try inheritClass(from: dir, into: sub, iv: iv, keys: keys)
     }
 
     /// Converts the entries of `dir` made while locked that no mount converted yet (once
@@ -325,14 +372,37 @@ extension PlainFileSystem {
         }
     }
 
-    /// The sealed name of a new drop `name` (ENAMETOOLONG past DropName.maxNameLength).
-    private func dropName(_ name: [UInt8], _ state: LockedDrops.State) throws -> String {
+    /// The sealed name of drop `name` in `dir`, whose own ID (a file's file ID, a
+    /// directory's IV) is `id`: from format 7 bound to both (ENAMETOOLONG past
+    /// DropName.maxNameLength).
+    private func dropName(_ name: [UInt8], _ state: LockedDrops.State, in dir: LockedDrops.Directory, id: [UInt8]) throws -> String {
         guard let publicKey = state.publicKey else { throw Errno(EACCES, "locked") }
-        do {
-            return try DropName.encode(name, to: publicKey)
-        } catch VaultError.nameTooLong {
-            throw Errno(ENAMETOOLONG, "a name made while locked has at most \(DropName.maxNameLength) bytes")
+        var binding: [UInt8]?
+        if bindsDrops {
+            guard let iv = dir.iv else { throw Errno(EACCES, "locked: the IV of this directory could not be read at the lock") }
+            binding = DropName.binding(dirIV: iv, id: id)
         }
+        do {
+            return try DropName.encode(name, binding: binding, to: publicKey)
+        } catch VaultError.nameTooLong {
+            throw Errno(ENAMETOOLONG, "a name made while locked has at most \(DropName.maxNameLength(bound: bindsDrops)) bytes")
+        }
+    }
+
+    /// The ID drop `drop` is bound by (format 7): a directory's IV, a file's file ID (of a
+    /// file from before the lock, read from its header).
+    private func dropID(_ drop: LockedDrops.Drop, in state: LockedDrops.State) throws -> [UInt8] {
+        if drop.isDirectory {
+            guard let iv = state.directories[.init(drop.node)]?.iv else { throw Errno(EACCES, "locked") }
+            return iv
+        }
+        if let id = drop.cipher?.onlyFile { return id.bytes }
+        let fd = try FileDescriptor.open(drop.node.procPath, flags: O_RDONLY)
+        var header = [UInt8](repeating: 0, count: 2 + FileID.size)
+        guard try header.withUnsafeMutableBytes({ try Sys.readFully(fd.rawValue, into: $0, at: 0) }) == header.count else {
+            throw Errno(EIO, "the header of a file from before the lock")
+        }
+        return Array(header[2...])
     }
 
     func lockedCreate(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64)? {
@@ -347,8 +417,8 @@ extension PlainFileSystem {
             // A file from before the lock, not known to the kernel: its key is gone, and a new
             // file under its name would split the program's data in two.
             guard !state.existed(name, in: dir) else { throw Errno(flags & O_EXCL != 0 ? EEXIST : EACCES, "locked") }
-            let backing = try dropName(name, state)
             let id = FileID.random()
+            let backing = try dropName(name, state, in: dir, id: id.bytes)
             let key = SecureBytes.random(count: 32)
             let cipher = ContentCipher.sealedFile(key: key, algorithm: vault.config.contentAlgorithm, fileID: id)
             try DropRecord.write(key: key, fileID: id, to: state.publicKey!, root: nodes.root.fd)
@@ -402,8 +472,24 @@ extension PlainFileSystem {
         try whileLocked { state in
             var dir = try reachable(parent, in: state, takingDrops: true)
             guard dir.drops[name] == nil, dir.passages[name] == nil, !state.existed(name, in: dir) else { throw Errno(EEXIST, "mkdir") }
-            let backing = try dropName(name, state)
-            try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
+            // Format 7: its IV from the start (its tags zero until the conversion), so that
+            // what is made in it is bound to it, whatever it is renamed to while locked.
+            let iv: [UInt8]? = bindsDrops ? Sodium.randomArray(count: NameCipher.ivSize) : nil
+            let backing = try dropName(name, state, in: dir, id: iv ?? [])
+            if let iv {
+                let temporary = DirectoryIV.temporaryName()
+                try Sys.mkdir(temporary, in: dir.node.fd, mode: mode & 0o7777)
+                do {
+                    let sub = try FileDescriptor.open(temporary, in: dir.node.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+                    _ = try DirectoryIV.create(in: sub.rawValue, iv: iv) { _ in [UInt8](repeating: 0, count: PlaceMAC.tagSize) }
+                    try Sys.rename(temporary, in: dir.node.fd, to: backing, in: dir.node.fd, flags: RENAME_NOREPLACE)
+                } catch {
+                    try? DirectoryIV.removeEmptyDirectory(temporary, in: dir.node.fd)
+                    throw error
+                }
+            } else {
+                try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
+            }
             do {
                 try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFDIR)
             } catch {
@@ -414,7 +500,7 @@ extension PlainFileSystem {
             let node = nodes.node(entry.node)
             dir.drops[name] = .init(backing: backing, node: node, cipher: nil, isDirectory: true)
             state.directories[.init(dir.node)] = dir
-            state.directories[.init(node)] = .init(node: node, takesDrops: true)
+            state.directories[.init(node)] = .init(node: node, takesDrops: true, iv: iv)
             return entry
         }
     }
@@ -428,7 +514,11 @@ extension PlainFileSystem {
             }
             guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
             if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
-            try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
+            if directory && bindsDrops {
+                try DirectoryIV.removeEmptyDirectory(drop.backing, in: dir.node.fd)  // with its IV file (format 7)
+            } else {
+                try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
+            }
             if drop.isSealed, let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
@@ -460,12 +550,23 @@ extension PlainFileSystem {
                 throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
             }
             if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
-            let target = try replaced?.backing ?? dropName(newName, state)
             // A file from before the lock is replaced only with the keys (its encrypted name
             // would then hold content bound to another place).
             if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
             if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
-            try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+            let target: String
+            if bindsDrops {
+                // Format 7: a name of its own, bound to the new directory and to the moving
+                // entry; the one it replaces goes after it (a crash between leaves both,
+                // the replaced one shown as "NAME (dropped …)" after the unlock, nothing lost).
+                target = try dropName(newName, state, in: to, id: dropID(moving, in: state))
+                if let replaced, replaced.isDirectory { try DirectoryIV.removeEmptyDirectory(replaced.backing, in: to.node.fd) }
+                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: RENAME_NOREPLACE)
+                if let replaced, !replaced.isDirectory { try Sys.unlink(replaced.backing, in: to.node.fd) }
+            } else {
+                target = try replaced?.backing ?? dropName(newName, state, in: to, id: [])
+                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+            }
             if let replaced, !replaced.isDirectory, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }

@@ -19,14 +19,14 @@ extension PlainFileSystem {
     /// leaves the vault's cipher, under which the blocks then fail as damage.
     func contentCipher(_ fd: Int32, of node: Node, keys: Keys) -> ContentCipher {
         let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs)
-        guard let drops = keys.set.drops, node.isRegular, let (known, read) = try? file.fileIDAndHeader(), let id = known else {
+        guard keys.set.drops != nil, node.isRegular, let (known, read) = try? file.fileIDAndHeader(), let id = known else {
             return keys.set.content
         }
         let sealed = node.sealedCipher(for: id) { () -> ContentCipher? in
             // The header just read for the ID, if it was (a new file's first write).
             guard (try? read ?? file.header())?.isSealed == true else { return nil }
             do {
-                let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: drops)
+                let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: keys.set)
                 return ContentCipher.sealedFile(key: key, algorithm: keys.set.content.algorithm, fileID: id)
             } catch {
                 logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")

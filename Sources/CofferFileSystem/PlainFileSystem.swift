@@ -72,6 +72,8 @@ public final class PlainFileSystem: Sendable {
     let layout: BlockLayout
     /// Directory IV files carry tags binding them to their places (format 5 on).
     let bindsDirectories: Bool
+    /// Files made while locked are bound to their directory and themselves (format 7 on).
+    let bindsDrops: Bool
     let options: Options
     let nodes: NodeTable
     /// The vault's undo journal (nil on a backing file system coffer cannot write).
@@ -175,6 +177,7 @@ public final class PlainFileSystem: Sendable {
         self.vault = vault
         self.layout = BlockLayout.of(format: vault.config.format)
         self.bindsDirectories = vault.config.bindsDirectories
+        self.bindsDrops = vault.config.bindsDrops
         self.options = options
         self.hooks = hooks
         self.logger = logger

@@ -3,7 +3,9 @@
 // under a random key of its own, which a key record at the vault root holds sealed to
 // the drop key too (DropRecord). Writing either needs only the public key; reading needs
 // the secret key, so a daemon that is locked can take new files without holding
-// anything that reads older ones.
+// anything that reads older ones. From format 7 the sealed name also holds a binding to
+// the drop's directory and to the drop itself, and a conversion marks its key record
+// placed, so that a drop converts once, where it was made.
 import CofferCrypto
 import CofferSystem
 import Glibc
@@ -12,19 +14,32 @@ public enum DropName {
     /// How the backing name of a drop begins (a name with a `.` is never an encrypted name).
     public static let prefix = "coffer.drop."
     /// The longest plaintext name a drop can have: its sealed form (the name padded to
-    /// 16 bytes, plus 48) must fit a backing name of 255 bytes. A longer name made while
-    /// locked is ENAMETOOLONG.
-    public static let maxNameLength = 127
+    /// 16 bytes, plus 48, plus the 16-byte binding from format 7) must fit a backing name
+    /// of 255 bytes. A longer name made while locked is ENAMETOOLONG.
+    public static func maxNameLength(bound: Bool) -> Int { bound ? 111 : 127 }
+
+    /// Bytes of a drop's binding (format 7).
+    public static let bindingSize = 16
 
     public static func isDrop(_ backingName: String) -> Bool { backingName.hasPrefix(prefix) }
 
-    /// The backing name of a drop shown as `name`: prefix ‖ base64url(sealed(name ‖
-    /// PKCS#7 padding to 16)). Random: the same name sealed twice differs.
-    public static func encode(_ name: [UInt8], to publicKey: [UInt8]) throws -> String {
+    /// The binding of a drop (format 7): the first 16 bytes of BLAKE2b-256("coffer.drop"
+    /// ‖ 0x00 ‖ the IV of its directory ‖ its own ID), the ID a file's file ID, a
+    /// directory's own IV. Sealed with the name: only the holder of the drop key's public
+    /// half, the mount, makes one, and a conversion accepts a drop only where it fits.
+    public static func binding(dirIV: [UInt8], id: [UInt8]) -> [UInt8] {
+        Array(Hash.blake2b256(Array("coffer.drop\0".utf8) + dirIV + id).prefix(bindingSize))
+    }
+
+    /// The backing name of a drop shown as `name`: prefix ‖ base64url(sealed([binding ‖]
+    /// name ‖ PKCS#7 padding to 16)), the binding from format 7. Random: the same name
+    /// sealed twice differs.
+    public static func encode(_ name: [UInt8], binding: [UInt8]? = nil, to publicKey: [UInt8]) throws -> String {
         try NameTransform.validate(name)
-        guard name.count <= maxNameLength else { throw VaultError.nameTooLong }
+        guard name.count <= maxNameLength(bound: binding != nil) else { throw VaultError.nameTooLong }
+        precondition(binding == nil || binding!.count == bindingSize)
         let pad = NameCipher.padding - name.count % NameCipher.padding
-        let padded = name + [UInt8](repeating: UInt8(pad), count: pad)
+        let padded = (binding ?? []) + name + [UInt8](repeating: UInt8(pad), count: pad)
         return prefix + Base64URL.encode(padded.withUnsafeBytes { DropKeys.seal($0, to: publicKey) })
     }
 
@@ -35,17 +50,24 @@ public enum DropName {
         return Array(name.prefix(NameTransform.maxNameLength - suffix.count)) + suffix
     }
 
-    /// The plaintext name of drop `backingName`; `nameDamaged` if it does not open.
-    public static func decode(_ backingName: String, keys: DropKeys) throws -> [UInt8] {
+    /// The plaintext name of drop `backingName` and, if `bound` (format 7), its binding;
+    /// `nameDamaged` if it does not open.
+    public static func decode(_ backingName: String, keys: DropKeys, bound: Bool) throws -> (name: [UInt8], binding: [UInt8]?) {
         let damaged = VaultError.nameDamaged(backingName: backingName)
         guard isDrop(backingName), let sealed = try? Base64URL.decode(String(backingName.dropFirst(prefix.count))),
               let opened = try? keys.open(sealed, what: "dropped name") else { throw damaged }
-        let padded = opened.withUnsafeBytes { Array($0) }
+        var padded = opened.withUnsafeBytes { Array($0) }
+        var binding: [UInt8]?
+        if bound {
+            guard padded.count > bindingSize else { throw damaged }
+            binding = Array(padded.prefix(bindingSize))
+            padded.removeFirst(bindingSize)
+        }
         guard let pad = padded.last, pad >= 1, Int(pad) <= NameCipher.padding, Int(pad) <= padded.count,
               padded.suffix(Int(pad)).allSatisfy({ $0 == pad }) else { throw damaged }
         let name = Array(padded.dropLast(Int(pad)))
         guard (try? NameTransform.validate(name)) != nil else { throw damaged }
-        return name
+        return (name, binding)
     }
 }
 
@@ -53,6 +75,17 @@ public enum DropRecord {
     /// The directory at the vault root that holds the key records.
     public static let directory = "coffer.drops"
     static let version: UInt8 = 1
+    /// The version of a record whose file a conversion placed (format 7): it still gives
+    /// the key, and it tells a copy of the file planted again from the file itself. Sealed
+    /// deterministically under K_metadata, so every machine that converts the file writes
+    /// the same bytes (no conflict for a sync engine), and the record sealed to the drop
+    /// key is gone.
+    static let placedVersion: UInt8 = 2
+    /// Bytes of a placed record: nonce (24) ‖ AEAD_seal(K_metadata, version ‖ file ID ‖ key).
+    public static let placedFileSize = SealedBox.nonceSize + plainSize + SealedBox.tagSize
+
+    /// The AD of the placed record of file `id`.
+    static func placedAssociatedData(_ id: FileID) -> [UInt8] { Array("coffer.drop.placed\0".utf8) + id.bytes }
     /// Plaintext of a record: version ‖ file ID ‖ key.
     static let plainSize = 1 + FileID.size + 32
     /// Bytes of a record file.
@@ -70,13 +103,7 @@ public enum DropRecord {
             try AtomicFile.syncDirectory(root)
         } catch let error as Errno where error.code == EEXIST {}
         let dir = try FileDescriptor.open(directory, in: root, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-        let plain = SecureBytes(count: plainSize)
-        plain.withUnsafeMutableBytes { out in
-            out[0] = version
-            out.baseAddress!.advanced(by: 1).copyMemory(from: id.bytes, byteCount: FileID.size)
-            key.withUnsafeBytes { out.baseAddress!.advanced(by: 1 + FileID.size).copyMemory(from: $0.baseAddress!, byteCount: 32) }
-        }
-        let sealed = plain.withUnsafeBytes { DropKeys.seal($0, to: publicKey) }
+        let sealed = seal(key: key, fileID: id, version: version, to: publicKey)
         let fd = try FileDescriptor.open(fileName(id), in: dir.rawValue, flags: O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, mode: 0o400)
         do {
             try sealed.withUnsafeBytes { try Sys.writeFully(fd.rawValue, $0, at: 0) }
@@ -88,9 +115,45 @@ public enum DropRecord {
         try AtomicFile.syncDirectory(dir.rawValue)
     }
 
+    /// Marks the record of file `id` placed (format 7, at its conversion): the same key,
+    /// version 2, sealed under K_metadata (`metadata`), written atomically over the record
+    /// (temp file, fsync, rename, fsync).
+    public static func markPlaced(key: SecureBytes, fileID id: FileID, metadata: SealedBox, root: Int32) throws {
+        let dir = try FileDescriptor.open(directory, in: root, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+        let plain = plaintext(key: key, fileID: id, version: placedVersion)
+        defer { plain.wipe() }
+        let sealed = try plain.withUnsafeBytes { try metadata.sealDeterministically($0, associatedData: placedAssociatedData(id)) }
+        try AtomicFile.write(sealed, to: fileName(id), in: dir.rawValue, mode: 0o400)
+    }
+
+    /// seal(version ‖ file ID ‖ key) to `publicKey`.
+    static func seal(key: SecureBytes, fileID id: FileID, version: UInt8, to publicKey: [UInt8]) -> [UInt8] {
+        let plain = plaintext(key: key, fileID: id, version: version)
+        defer { plain.wipe() }
+        return plain.withUnsafeBytes { DropKeys.seal($0, to: publicKey) }
+    }
+
+    /// version ‖ file ID ‖ key, in sodium memory.
+    static func plaintext(key: SecureBytes, fileID id: FileID, version: UInt8) -> SecureBytes {
+        let plain = SecureBytes(count: plainSize)
+        plain.withUnsafeMutableBytes { out in
+            out[0] = version
+            out.baseAddress!.advanced(by: 1).copyMemory(from: id.bytes, byteCount: FileID.size)
+            key.withUnsafeBytes { out.baseAddress!.advanced(by: 1 + FileID.size).copyMemory(from: $0.baseAddress!, byteCount: 32) }
+        }
+        return plain
+    }
+
     /// The key of sealed file `id`: `metadataDamaged` if its record is missing, does not
     /// open, or names another file.
-    public static func read(fileID id: FileID, root: Int32, keys: DropKeys) throws -> SecureBytes {
+    public static func read(fileID id: FileID, root: Int32, keys: KeySet) throws -> SecureBytes {
+        try readRecord(fileID: id, root: root, keys: keys).key
+    }
+
+    /// The key of sealed file `id` and whether a conversion placed its file (format 7:
+    /// the record sealed under K_metadata); `metadataDamaged` if its record is missing,
+    /// does not open, or names another file.
+    public static func readRecord(fileID id: FileID, root: Int32, keys: KeySet) throws -> (key: SecureBytes, placed: Bool) {
         let what = "key record \(directory)/\(fileName(id)) of a file made while locked"
         let bytes: [UInt8]
         do {
@@ -98,13 +161,19 @@ public enum DropRecord {
         } catch let error as Errno where [ENOENT, EINVAL, ELOOP, ENOTDIR].contains(error.code) {
             throw VaultError.metadataDamaged(what: what + " (missing)")
         }
-        guard bytes.count == fileSize, let plain = try? keys.open(bytes, what: what) else { throw VaultError.metadataDamaged(what: what) }
-        let fits = plain.withUnsafeBytes { $0[0] == version && Array($0[1...FileID.size]) == id.bytes }
-        guard fits else { throw VaultError.metadataDamaged(what: what) }
+        let placed = bytes.count == placedFileSize
+        let opened = placed ? try? keys.metadata.open(bytes, associatedData: placedAssociatedData(id), what: what)
+            : bytes.count == fileSize ? try? keys.drops?.open(bytes, what: what) : nil
+        guard let plain = opened else { throw VaultError.metadataDamaged(what: what) }
+        let fits = plain.withUnsafeBytes { $0[0] == (placed ? placedVersion : version) && Array($0[1...FileID.size]) == id.bytes }
+        guard fits else {
+            plain.wipe()
+            throw VaultError.metadataDamaged(what: what)
+        }
         let key = SecureBytes(count: 32)
         plain.withUnsafeBytes { p in key.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: p[(1 + FileID.size)...])) } }
         plain.wipe()
-        return key
+        return (key, placed)
     }
 
     /// Removes the record of file `id` (its file is gone); nothing if there is none.
@@ -159,5 +228,46 @@ public enum FoundDrop {
     public static func directoryRefusal(_ record: DirectoryIV.Record?, derivedIV: [UInt8], fitsPlace: Bool) -> String? {
         guard let record else { return nil }
         return record.iv == derivedIV && fitsPlace ? nil : "a directory from elsewhere under a drop's name (it has an IV file of its own)"
+    }
+}
+
+extension FoundDrop {
+    /// Format 7: why a file found under a drop's name, whose sealed name holds `binding`,
+    /// is refused in the directory of IV `dirIV`, or nil. Its binding must be this
+    /// directory's and the file's own ID's (a drop moved to another directory, or another
+    /// file under its name, fits none). Then a file made while locked (header 3) is taken
+    /// if it was never placed and its key record (`record`: nil if missing, else whether
+    /// it is marked placed) is not marked placed — a copy planted again after its
+    /// conversion is — or if a conversion a crash interrupted placed it at this very
+    /// place (`expectedTag`); a file from before the lock that the mount renamed while
+    /// locked (header 2) is taken as the binding the mount sealed says.
+    public static func boundFileRefusal(_ header: FileHeader, binding: [UInt8]?, dirIV: [UInt8], expectedTag: [UInt8],
+                                        record: () -> Bool?) -> String? {
+        guard binding == DropName.binding(dirIV: dirIV, id: header.fileID.bytes) else {
+            return "it was made for another directory or another file"
+        }
+        guard header.isSealed else { return nil }
+        let tag = header.placeTag ?? []
+        if tag.allSatisfy({ $0 == 0 }) {
+            switch record() {
+            case nil: return "its key record is missing or does not open"
+            case true?: return "it was converted already: a copy of it planted again"
+            case false?: return nil
+            }
+        }
+        return PlaceMAC.equal(tag, expectedTag) ? nil : "it was placed under another name already: a copy of a converted file"
+    }
+
+    /// Format 7: why a directory found under a drop's name is refused, or nil. A directory
+    /// made while locked has its IV file from the start, its tags zero until its
+    /// conversion; the binding must be this directory's (`dirIV`) and that IV's. One a
+    /// conversion a crash interrupted tagged already must fit its place (`fitsPlace`).
+    public static func boundDirectoryRefusal(_ record: DirectoryIV.Record?, binding: [UInt8]?, dirIV: [UInt8], fitsPlace: Bool) -> String? {
+        guard let record else { return "it has no IV file (a directory made while locked has one from the start)" }
+        guard binding == DropName.binding(dirIV: dirIV, id: record.iv) else {
+            return "it was made for another directory, or holds another directory's IV"
+        }
+        if record.tags.allSatisfy({ $0.allSatisfy { $0 == 0 } }) { return nil }
+        return fitsPlace ? nil : "it was placed elsewhere already"
     }
 }

@@ -66,6 +66,8 @@ public final class VaultChecker {
     private let layout: BlockLayout
     /// IV files carry tags binding them to their directories' places (format 5 on).
     private let bindsDirectories: Bool
+    /// Files made while locked are bound to their directory and themselves (format 7).
+    private let bindsDrops: Bool
     public private(set) var summary = VaultCheckSummary()
     private let report: (VaultProblem) -> Void
     private let progress: (VaultCheckSummary) -> Void
@@ -83,6 +85,7 @@ public final class VaultChecker {
         codecs = VaultCodecs(keys, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
         layout = BlockLayout.of(format: vault.config.format)
         bindsDirectories = vault.config.bindsDirectories
+        bindsDrops = vault.config.bindsDrops
         self.report = { problem in report(problem) }
         self.progress = progress
     }
@@ -223,7 +226,12 @@ public final class VaultChecker {
     private func checkDrop(_ name: String, in dir: Int32, path: String, iv: [UInt8], names: DirectoryNames) {
         guard let drops = keys.drops else { return problem(path, "an entry made while locked in a vault without drops", backingName: name) }
         let shown: [UInt8]
-        do { shown = try DropName.decode(name, keys: drops) } catch { return problem(path, "\(error)", backingName: name) }
+        let binding: [UInt8]?
+        do {
+            (shown, binding) = try DropName.decode(name, keys: drops, bound: bindsDrops)
+        } catch {
+            return problem(path, "\(error)", backingName: name)
+        }
         summary.dropped += 1
         let childPath = path + "/" + String(decoding: shown, as: UTF8.self)
         guard let st = try? Sys.stat(name, in: dir) else { return }
@@ -232,8 +240,8 @@ public final class VaultChecker {
         let place = Place(dirIV: iv, name: taken ? DropName.alternative(shown, mark: FoundDrop.mark(backingName: name)) : shown)
         let refusal: String?
         switch st.st_mode & S_IFMT {
-        case S_IFREG: refusal = foundFileRefusal(name, in: dir, place: place, drops: drops)
-        case S_IFDIR: refusal = foundDirectoryRefusal(name, in: dir, place: place)
+        case S_IFREG: refusal = foundFileRefusal(name, in: dir, place: place, binding: binding, drops: drops)
+        case S_IFDIR: refusal = foundDirectoryRefusal(name, in: dir, place: place, binding: binding)
         default:
             refusal = "neither a file nor a directory"
         }
@@ -246,7 +254,7 @@ public final class VaultChecker {
     }
 
     /// Why the file under drop name `name` would not be converted to `place` (FoundDrop).
-    private func foundFileRefusal(_ name: String, in dir: Int32, place: Place, drops: DropKeys) -> String? {
+    private func foundFileRefusal(_ name: String, in dir: Int32, place: Place, binding: [UInt8]?, drops: DropKeys) -> String? {
         let header: FileHeader
         do {
             let fd = try FileDescriptor.openRegular(name, in: dir)
@@ -255,15 +263,28 @@ public final class VaultChecker {
             return "its header cannot be read (\(error))"
         }
         let tag = (try? keys.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)) ?? []
+        if bindsDrops {
+            return FoundDrop.boundFileRefusal(header, binding: binding, dirIV: place.dirIV, expectedTag: tag, record: {
+                (try? DropRecord.readRecord(fileID: header.fileID, root: root, keys: keys)).map { record in
+                    record.key.wipe()
+                    return record.placed
+                }
+            })
+        }
         return FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
-            (try? DropRecord.read(fileID: header.fileID, root: root, keys: drops))?.wipe() != nil
+            (try? DropRecord.read(fileID: header.fileID, root: root, keys: keys))?.wipe() != nil
         })
     }
 
     /// Why the directory under drop name `name` would not be converted to `place`.
-    private func foundDirectoryRefusal(_ name: String, in dir: Int32, place: Place) -> String? {
+    private func foundDirectoryRefusal(_ name: String, in dir: Int32, place: Place, binding: [UInt8]?) -> String? {
         guard let sub = try? FileDescriptor.open(name, in: dir, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW) else {
             return "it cannot be opened"
+        }
+        if bindsDrops {
+            let record = try? DirectoryIV.read(in: sub.rawValue, bound: true)
+            let fits = record.map { (try? DirectoryBinding.fits($0, places: [place], macs: keys.places)) == true } ?? false
+            return FoundDrop.boundDirectoryRefusal(record, binding: binding, dirIV: place.dirIV, fitsPlace: fits)
         }
         guard (try? Sys.stat(DirectoryIV.fileName, in: sub.rawValue)) != nil else { return nil }
         guard let record = try? DirectoryIV.read(in: sub.rawValue, bound: bindsDirectories) else { return "its IV file is damaged" }
@@ -482,7 +503,7 @@ public final class VaultChecker {
             guard let drops = keys.drops else { return problem(path, "a file made while locked in a vault without drops") }
             sealedFiles.insert(DropRecord.fileName(header.fileID))
             do {
-                let key = try DropRecord.read(fileID: header.fileID, root: root, keys: drops)
+                let key = try DropRecord.read(fileID: header.fileID, root: root, keys: keys)
                 file = ContentFile(fd: fd.rawValue, cipher: .sealedFile(key: key, algorithm: keys.content.algorithm, fileID: header.fileID),
                                    layout: layout)
             } catch {

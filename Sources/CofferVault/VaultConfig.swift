@@ -12,13 +12,15 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// Whether backing entry `name` is a sync engine's conflict copy of the config.
     public static func isConflictCopy(_ name: String) -> Bool { ConflictName.isCopy(name, of: fileName) }
     /// The newest format version this build writes (docs/FORMAT.md).
-    public static let currentFormat = 6
+    public static let currentFormat = 7
     /// Format versions this build reads: 1 differs from 2 only in refusing long symlink
     /// targets, 2 from 3 only in having no AES-256-GCM, 3 from 4 in binding content to
     /// its place and authenticating its length (BlockLayout, PlaceBinding), 4 from 5 in
     /// binding each directory's IV file to the directory's place (DirectoryBinding), 5
-    /// from 6 in a content key per file and protection classes (ProtectionClass).
-    public static let supportedFormats = 1...6
+    /// from 6 in a content key per file and protection classes (ProtectionClass), 6 from
+    /// 7 in binding a file made while locked to its directory and file (DropName's binding)
+    /// and consuming its key record at its conversion (FoundDrop).
+    public static let supportedFormats = 1...7
 
     /// The oldest format that has `cipher`.
     public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {
@@ -62,6 +64,9 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     public var hasPerFileKeys: Bool { format >= 6 }
     /// Directories may have a protection class (format 6 on).
     public var hasProtectionClasses: Bool { format >= 6 }
+    /// A file made while locked is bound to its directory and to itself by its sealed name,
+    /// and its key record is marked placed at its conversion (format 7 on).
+    public var bindsDrops: Bool { format >= 7 }
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String

@@ -31,7 +31,7 @@ struct InitCommand: ParsableCommand {
         valueName: "cipher"))
     var cipher: ContentAlgorithm = .preferred
 
-    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default: \(VaultConfig.currentFormat), which has protection classes and binds each file's content and each directory's IV to its name and authenticates a file's length; 5, 4, 3 and 2 for a machine whose coffer knows only those, 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
+    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default: \(VaultConfig.currentFormat), which has protection classes, binds each file's content, each directory's IV and each file made while locked to its place and authenticates a file's length; 6, 5, 4, 3 and 2 for a machine whose coffer knows only those, 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
     var format: Int?
 
     @Argument(help: "The empty directory that will hold the encrypted files.")

@@ -1,8 +1,11 @@
 // Checks the known-answer vectors printed in docs/FORMAT.md against the code, so the
 // specification cannot drift from the implementation.
 import CofferCrypto
+import CofferSystem
 @testable import CofferVault
 import Foundation
+import Glibc
+import TestSupport
 import XCTest
 
 final class FormatVectorTests: XCTestCase {
@@ -299,15 +302,48 @@ final class FormatVectorTests: XCTestCase {
         let keys = KeySet(master: Self.master(), content: .xchacha20poly1305, perFileKeys: true)
         let drops = try XCTUnwrap(keys.drops)
         XCTAssertEqual(Self.hex(drops.publicKey), documented["drop_public_key"])
-        XCTAssertEqual(try DropName.decode(try XCTUnwrap(documented["drop_name_backing"]), keys: drops), Array("hello.txt".utf8))
+        XCTAssertEqual(try DropName.decode(try XCTUnwrap(documented["drop_name_backing"]), keys: drops, bound: false).name, Array("hello.txt".utf8))
         let record = try XCTUnwrap(documented["drop_key_record"])
         let bytes = stride(from: 0, to: record.count, by: 2).map { UInt8(record[record.index(record.startIndex, offsetBy: $0)...].prefix(2), radix: 16)! }
         let opened = try drops.open(bytes, what: "record").withUnsafeBytes { Array($0) }
         XCTAssertEqual(opened, [1] + Self.bytes(from: 0xa0, count: 16) + Self.bytes(from: 0x30, count: 32))
         let own = try DropName.encode(Array("hello.txt".utf8), to: drops.publicKey)
-        XCTAssertEqual(try DropName.decode(own, keys: drops), Array("hello.txt".utf8))
+        XCTAssertEqual(try DropName.decode(own, keys: drops, bound: false).name, Array("hello.txt".utf8))
         XCTAssertNotEqual(own, try DropName.encode(Array("hello.txt".utf8), to: drops.publicKey), "sealing is random")
-        XCTAssertThrowsError(try DropName.encode([UInt8](repeating: 0x61, count: DropName.maxNameLength + 1), to: drops.publicKey))
-        XCTAssertLessThanOrEqual(try DropName.encode([UInt8](repeating: 0x61, count: DropName.maxNameLength), to: drops.publicKey).utf8.count, 255)
+        for bound in [false, true] {
+            let binding = bound ? [UInt8](repeating: 7, count: DropName.bindingSize) : nil
+            let longest = DropName.maxNameLength(bound: bound)
+            XCTAssertThrowsError(try DropName.encode([UInt8](repeating: 0x61, count: longest + 1), binding: binding, to: drops.publicKey))
+            XCTAssertLessThanOrEqual(try DropName.encode([UInt8](repeating: 0x61, count: longest), binding: binding, to: drops.publicKey).utf8.count, 255)
+        }
+    }
+
+    /// Format 7: the binding of the content vector's file in the directory of IV f0 … ff,
+    /// the name sealed with it, and the key record marked placed (made once: sealing is
+    /// random) open as documented.
+    func testDocumentedBoundDropsOpen() throws {
+        let documented = try Self.documented()
+        let keys = KeySet(master: Self.master(), content: .xchacha20poly1305, perFileKeys: true)
+        let drops = try XCTUnwrap(keys.drops)
+        let binding = DropName.binding(dirIV: Self.bytes(from: 0xf0, count: 16), id: Self.bytes(from: 0xa0, count: 16))
+        XCTAssertEqual(Self.hex(binding), documented["drop_binding"])
+        let opened = try DropName.decode(try XCTUnwrap(documented["drop_name_backing_bound"]), keys: drops, bound: true)
+        XCTAssertEqual(opened.name, Array("hello.txt".utf8))
+        XCTAssertEqual(opened.binding, binding)
+        // The placed record is deterministic: this code writes the documented bytes.
+        let root = TempDirectory()
+        XCTAssertEqual(mkdir(root.path + "/" + DropRecord.directory, 0o700), 0)
+        let rootFD = try FileDescriptor.open(root.path, flags: O_RDONLY | O_DIRECTORY)
+        let id = FileID(bytes: Self.bytes(from: 0xa0, count: 16))
+        let fileKey = SecureBytes(count: 32)
+        fileKey.withUnsafeMutableBytes { $0.copyBytes(from: Self.bytes(from: 0x30, count: 32)) }
+        try DropRecord.markPlaced(key: fileKey, fileID: id, metadata: keys.metadata, root: rootFD.rawValue)
+        let written = try Sys.readFile(DropRecord.directory + "/" + DropRecord.fileName(id), in: rootFD.rawValue)
+        XCTAssertEqual(Self.hex(written), documented["drop_key_record_placed"])
+        let read = try DropRecord.readRecord(fileID: id, root: rootFD.rawValue, keys: keys)
+        XCTAssertTrue(read.placed)
+        XCTAssertEqual(read.key.withUnsafeBytes { Array($0) }, Self.bytes(from: 0x30, count: 32))
+        let own = try DropName.encode(Array("hello.txt".utf8), binding: binding, to: drops.publicKey)
+        XCTAssertEqual(try DropName.decode(own, keys: drops, bound: true).binding, binding)
     }
 }

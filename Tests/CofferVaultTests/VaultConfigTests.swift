@@ -139,8 +139,8 @@ final class VaultConfigTests: XCTestCase {
 
     func testUnknownFormatAndMalformedConfig() throws {
         _ = try makeVault()
-        try editConfig { $0["format"] = 7 }
-        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 7)) }
+        try editConfig { $0["format"] = 8 }
+        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 8)) }
         dir.write(VaultConfig.fileName, Array("{\"format\": 1}".utf8))
         XCTAssertThrowsError(try Vault.open(at: dir.path)) {
             guard case .configMalformed = $0 as? VaultError else { return XCTFail("\($0)") }

@@ -33,11 +33,11 @@ final class CipherTests: EndToEndCase {
         let (cipher, format) = try cipherAndFormat(aes.cipherdir)
         let hasAES = ContentAlgorithmProbe.aesAvailable
         XCTAssertEqual(cipher, hasAES ? "aes256gcm" : "xchacha20-poly1305")
-        XCTAssertEqual(format, 6, "new vaults of either cipher are format 6")
+        XCTAssertEqual(format, 7, "new vaults of either cipher are format 7")
         let xchacha = MountedVault(scratch: scratch, name: "xchacha", initOptions: ["--cipher", "xchacha20-poly1305"])
         let (cipher2, format2) = try cipherAndFormat(xchacha.cipherdir)
         XCTAssertEqual(cipher2, "xchacha20-poly1305")
-        XCTAssertEqual(format2, 6)
+        XCTAssertEqual(format2, 7)
         let old = MountedVault(scratch: scratch, name: "old", initOptions: ["--cipher", "xchacha20-poly1305", "--format", "2"])
         XCTAssertEqual(try cipherAndFormat(old.cipherdir).1, 2, "--format makes a vault that coffers knowing format 2 read")
         let info = Harness.run([Harness.coffer, "info", xchacha.cipherdir])

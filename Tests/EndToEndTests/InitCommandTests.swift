@@ -13,7 +13,7 @@ final class InitCommandTests: EndToEndCase {
         XCTAssertEqual(grep.status, 1, "neither passphrase nor recovery key in any file: \(grep.stdout)")
         let info = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(info.status, 0)
-        let format = "6"
+        let format = "7"
         XCTAssertTrue(info.stdout.contains("Format version: \(format)"), "new vaults here are format \(format): \(info.stdout)")
         XCTAssertTrue(info.stdout.contains("argon2id13, 2 passes, 64 MiB"))
         XCTAssertFalse(info.stdout.contains(key))
@@ -65,10 +65,10 @@ final class InitCommandTests: EndToEndCase {
         let r = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(r.status, 13, r.stderr)
         XCTAssertTrue(r.stderr.contains("modified or damaged"), r.stderr)
-        try "{\"format\": 7}".write(toFile: conf, atomically: false, encoding: .utf8)
+        try "{\"format\": 8}".write(toFile: conf, atomically: false, encoding: .utf8)
         let v = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(v.status, 14, v.stderr)
-        XCTAssertTrue(v.stderr.contains("format version 7"), v.stderr)
+        XCTAssertTrue(v.stderr.contains("format version 8"), v.stderr)
     }
 
     func testSpeedPrintsEngineAndRawFigures() {

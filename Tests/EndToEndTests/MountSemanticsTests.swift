@@ -390,11 +390,11 @@ final class MountSemanticsTests: EndToEndCase {
     }
 
     /// A format-1 vault keeps format 1's limit, so that an older coffer never meets a
-    /// symlink it cannot read; a new vault is format 6.
+    /// symlink it cannot read; a new vault is format 7.
     func testAFormat1VaultKeepsItsSymlinkLimit() {
         let (dir, made) = initVault("old")
         XCTAssertEqual(made.status, 0, made.stderr)
-        let format = 6
+        let format = 7
         XCTAssertTrue(Harness.sh("grep -q '\"format\" : \(format)' \(dir)/coffer.conf").status == 0, "new vaults here are format \(format)")
         let cipherdir = scratch.mkdir("v1.cipher"), mountpoint = scratch.mkdir("v1.plain")
         let passfile = scratch.file("v1.pass", "pass\n")

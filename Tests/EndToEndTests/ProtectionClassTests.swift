@@ -462,35 +462,82 @@ final class ProtectionClassTests: EndToEndCase {
     /// Someone who can write CIPHERDIR and saw a drop's backing name once copies another
     /// file's backing file — or the converted drop itself — under that name into another
     /// directory: neither becomes a file there (the content of secret/pw.txt is never
-    /// served as public/x), each is logged as refused, and fsck reports it as damage.
+    /// served as public/x), each is logged as refused, and fsck reports it as damage. In a
+    /// format-6 vault by FoundDrop's rule for unbound drops, in format 7 by the binding.
     func testADropsNameNeverRelocatesAnotherFilesContent() {
+        for format in ["6", "7"] {
+            let vault = MountedVault(scratch: scratch, name: "f" + format, initOptions: ["--format", format])
+            vault.mount()
+            let secret = backingDirectory(made: "secret", in: vault)
+            let bg = backingDirectory(made: "bg", in: vault)
+            let publicDir = backingDirectory(made: "public", in: vault)
+            let publicTwo = backingDirectory(made: "public2", in: vault)
+            assertOK(vault.sh("echo 'the secret password' > secret/pw.txt && '\(Harness.coffer)' protect --class unless-open bg > /dev/null && ls bg"), "setup")
+            assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null && echo 'made while locked' > bg/x"), "a drop")
+            let drop = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && ls | grep '^coffer[.]drop[.]'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            XCTAssertTrue(drop.hasPrefix("coffer.drop."), drop)
+            assertOK(Harness.run([Harness.coffer, "unlock", "--passfile", vault.passfile, vault.mountpoint]), "unlock")
+            XCTAssertEqual(vault.sh("cat bg/x").stdout, "made while locked\n")
+            let pw = Harness.sh("cd '\(vault.cipherdir)/\(secret)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let converted = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            assertOK(Harness.sh("""
+                cp '\(vault.cipherdir)/\(secret)/\(pw)' '\(vault.cipherdir)/\(publicDir)/\(drop)'
+                cp '\(vault.cipherdir)/\(bg)/\(converted)' '\(vault.cipherdir)/\(publicTwo)/\(drop)'
+                """), "copy under the drop's name")
+            let r = vault.sh("cat public/x || true; cat public2/x || true; ls public public2")
+            XCTAssertFalse(r.stdout.contains("secret password"), "format \(format): another file's content served under a drop's name: \(r.stdout)")
+            XCTAssertFalse(r.stdout.contains("made while locked"), "format \(format): a converted drop served again elsewhere: \(r.stdout)")
+            let reasons = format == "6" ? ["not a file made while locked", "placed under another name already"]
+                : ["in /public: an entry made while locked", "in /public2: an entry made while locked", "made for another directory or another file"]
+            for reason in reasons { XCTAssertTrue(vault.log.contains(reason), "format \(format): \(reason): \(vault.log)") }
+            XCTAssertEqual(vault.sh("cat secret/pw.txt bg/x").stdout, "the secret password\nmade while locked\n")
+            vault.unmount()
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 40, fsck.stdout)
+            XCTAssertTrue(fsck.stdout.contains("damaged: /public/x") && fsck.stdout.contains("damaged: /public2/x"), fsck.stdout)
+        }
+    }
+
+    /// Format 7: a drop is converted once, where it was made. One moved to another
+    /// directory while locked is refused there; a copy of one planted again after its
+    /// conversion is refused (its key record is marked placed); and a file from before the
+    /// lock that was renamed while locked by a daemon that then died is converted by the
+    /// next mount, as its binding says.
+    func testADropConvertsOnceWhereItWasMade() {
         let vault = mountedVault()
-        let secret = backingDirectory(made: "secret", in: vault)
         let bg = backingDirectory(made: "bg", in: vault)
-        let publicDir = backingDirectory(made: "public", in: vault)
-        let publicTwo = backingDirectory(made: "public2", in: vault)
-        assertOK(vault.sh("echo 'the secret password' > secret/pw.txt && '\(Harness.coffer)' protect --class unless-open bg > /dev/null && ls bg"), "setup")
-        assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null && echo 'made while locked' > bg/x"), "a drop")
-        let drop = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && ls | grep '^coffer[.]drop[.]'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertTrue(drop.hasPrefix("coffer.drop."), drop)
+        let other = backingDirectory(made: "other", in: vault)
+        assertOK(vault.sh("""
+            '\(Harness.coffer)' protect --class unless-open bg > /dev/null && echo 'from before' > bg/old && ls bg
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            echo 'moved by an attacker' > bg/moved; echo 'kept' > bg/kept
+            """), "drops")
+        let c = "'\(vault.cipherdir)'"
+        let drops = Harness.sh("cd \(c)/\(bg) && ls | grep '^coffer[.]drop[.]'").stdout.split(separator: "\n").map(String.init)
+        XCTAssertEqual(drops.count, 2)
+        // Which is which is sealed; the attacker moves one and keeps a copy of both.
+        assertOK(Harness.sh("cp -a \(c)/\(bg) \(c)/../then-bg && mv \(c)/\(bg)/\(drops[0]) \(c)/\(other)/"), "move one")
         assertOK(Harness.run([Harness.coffer, "unlock", "--passfile", vault.passfile, vault.mountpoint]), "unlock")
-        XCTAssertEqual(vault.sh("cat bg/x").stdout, "made while locked\n")
-        let pw = Harness.sh("cd '\(vault.cipherdir)/\(secret)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let converted = Harness.sh("cd '\(vault.cipherdir)/\(bg)' && find . -maxdepth 1 -type f ! -name 'coffer.*' ! -name '.*' -printf '%f\\n'").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        assertOK(Harness.sh("""
-            cp '\(vault.cipherdir)/\(secret)/\(pw)' '\(vault.cipherdir)/\(publicDir)/\(drop)'
-            cp '\(vault.cipherdir)/\(bg)/\(converted)' '\(vault.cipherdir)/\(publicTwo)/\(drop)'
-            """), "copy under the drop's name")
-        let r = vault.sh("cat public/x || true; cat public2/x || true; ls public public2")
-        XCTAssertFalse(r.stdout.contains("secret password"), "another file's content served under a drop's name: \(r.stdout)")
-        XCTAssertFalse(r.stdout.contains("made while locked"), "a converted drop served again elsewhere: \(r.stdout)")
-        XCTAssertTrue(vault.log.contains("not a file made while locked"), vault.log)
-        XCTAssertTrue(vault.log.contains("placed under another name already"), vault.log)
-        XCTAssertEqual(vault.sh("cat secret/pw.txt bg/x").stdout, "the secret password\nmade while locked\n")
+        let listed = vault.sh("ls other; ls bg").stdout
+        XCTAssertEqual(listed.split(separator: "\n").filter { $0 == "moved" || $0 == "kept" }.count, 1, "one drop is gone (moved), the other converted where it was made: \(listed)")
+        XCTAssertFalse(vault.sh("ls other").stdout.contains("moved") || vault.sh("ls other").stdout.contains("kept"), "a drop converted in another directory")
+        XCTAssertTrue(vault.log.contains("damage: in /other: an entry made while locked"), vault.log)
+        // Planted again after its conversion (its record now marked placed): refused.
+        let kept = vault.sh("cat bg/kept 2>/dev/null || cat bg/moved").stdout
+        assertOK(Harness.sh("cp \(c)/../then-bg/\(drops[1]) \(c)/\(bg)/"), "plant again")
+        let again = vault.sh("ls bg").stdout
+        XCTAssertFalse(again.contains("dropped"), "a drop planted again became a file: \(again)")
+        XCTAssertTrue(vault.log.contains("converted already"), vault.log)
+        XCTAssertFalse(kept.isEmpty)
         vault.unmount()
-        let fsck = vault.fsck()
-        XCTAssertEqual(fsck.status, 40, fsck.stdout)
-        XCTAssertTrue(fsck.stdout.contains("damaged: /public/x") && fsck.stdout.contains("damaged: /public2/x"), fsck.stdout)
+
+        // A file from before the lock renamed while locked; the daemon dies before the unlock.
+        vault.mount()
+        assertOK(vault.sh("ls bg > /dev/null && cat bg/old > /dev/null && '\(Harness.coffer)' lock \"$M\" > /dev/null && mv bg/old bg/renamed"), "rename while locked")
+        vault.killDaemon()
+        vault.mount()
+        XCTAssertEqual(vault.sh("cat bg/renamed").stdout, "from before\n", vault.log)
+        vault.unmount()
     }
 
     /// A program opens its database, made before the lock and not looked up since (a new

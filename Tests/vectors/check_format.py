@@ -620,6 +620,22 @@ def main() -> int:
     own_name = "coffer.drop." + b64url(box_seal(pkcs7_pad(b"hello.txt"), drop_public))
     check("roundtrip:drop_name_opens", repr(open_drop_name(own_name)), repr(b"hello.txt"))
     check("roundtrip:drop_name_length", str(len(own_name)), str(len("coffer.drop.") + (48 + 16) * 4 // 3 + 1))
+    # §12 format 7: the binding of the content vector's file in directory f0 … ff, the name
+    # sealed with it (binding ‖ name ‖ padding), and the record marked placed.
+    binding = hashlib.blake2b(b"coffer.drop\x00" + DIR_IV + FILE_ID, digest_size=32).digest()[:16]
+    check("drop_binding", binding.hex())
+    def open_bound_name(backing):
+        raw = box_seal_open(b64url_decode(backing[len("coffer.drop."):]), drop_public, drop_secret)
+        return raw and (raw[:16], pkcs7_unpad(raw[16:]))
+    check("drop_name_backing_bound", repr(open_bound_name(vectors["drop_name_backing_bound"])), repr((binding, b"hello.txt")))
+    placed_ad = b"coffer.drop.placed\x00" + FILE_ID
+    placed_plain = bytes([2]) + FILE_ID + seq(0x30, 0x4F)
+    placed_nonce = hashlib.blake2b(placed_ad + placed_plain, digest_size=24, key=keys[SUBKEY_METADATA]).digest()
+    check("drop_key_record_placed", (placed_nonce + aead_seal(keys[SUBKEY_METADATA], placed_nonce, placed_plain, placed_ad)).hex())
+    longest = b"n" * 111
+    bound_name = "coffer.drop." + b64url(box_seal(binding + pkcs7_pad(longest), drop_public))
+    check("roundtrip:drop_name_bound_opens", repr(open_bound_name(bound_name)), repr((binding, longest)))
+    check("roundtrip:drop_name_bound_longest_fits", str(len(bound_name) <= 255), "True")
 
     # §5 short name
     k_mac, k_stream = keys[SUBKEY_NAME_MAC], keys[SUBKEY_NAME_STREAM]
