@@ -34,8 +34,10 @@ enum LiveDaemons {
     }
 
     /// Seconds a lock over the socket may take before the daemon is signalled instead (a
-    /// lock waits at most 2 s for operations in flight, then writes back dirty pages).
-    static let lockPatience = 5.0
+    /// lock waits at most 2 s for operations in flight, then writes back dirty pages; a
+    /// loaded machine or a slow disk can stretch that). Waiting is safe: the daemon is
+    /// locking, and if it never answers it is ended all the same, its keys with it.
+    static let lockPatience = 15.0
     /// Seconds a daemon gets to exit after SIGTERM (it unmounts and wipes its keys).
     static let termPatience = 3.0
     /// Seconds a daemon gets to vanish after SIGKILL.

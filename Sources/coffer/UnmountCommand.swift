@@ -25,15 +25,17 @@ struct UnmountCommand: ParsableCommand {
                 throw CommandFailure(status: .notMounted, message: "\(mountpoint) is not a coffer mount")
             }
             // The daemon, asked before the mount goes (found through the mount's default
-            // socket; a mount with --socket, or another user's, is not waited for).
+            // socket; a mount with --socket, or another user's, is not waited for). A busy
+            // machine may take seconds to answer: the bound is for a daemon that hangs.
             let daemon = (try? SocketPath.forMountpoint(path))
-                .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 2).status?.pid }
+                .flatMap { try? ControlClient.send(ControlRequest(op: .status), to: $0, timeout: 10).status?.pid }
                 .flatMap { pid in LiveDaemons.startTime(pid_t(pid)).map { (pid_t(pid), $0) } }
             // A program that has just closed its last file in the mount may still hold it
             // for a moment: the kernel releases the file once the daemon has answered
-            // (asynchronously), so "busy" is asked again for up to 2 s before it is final.
+            // (asynchronously), so "busy" is asked again for up to 5 s before it is final
+            // (on a loaded machine the release can lag a second or two).
             var (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
-            for _ in 0..<20 where !status.succeeded && Self.isBusy(text) {
+            for _ in 0..<50 where !status.succeeded && Self.isBusy(text) {
                 usleep(100_000)
                 (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
             }
