@@ -15,7 +15,7 @@ public struct KDFParameters: Equatable, Sendable {
     }
 
     /// Defaults for new vaults: 3 passes over 256 MiB, libsodium's "moderate" level.
-    /// Measured at about 0.6 s on this project's 2-core build machine (see the README).
+    /// Measured at about 0.6 s on this project's 2-core build machine.
     public static let standard = KDFParameters(opsLimit: 3, memLimit: 256 << 20)
 
     /// The lowest parameters a vault may have: libsodium's "interactive" level,

@@ -1,4 +1,4 @@
-// Protection classes in the plaintext view (format 6, docs/FORMAT.md §9): a directory's
+// Protection classes in the plaintext view (format 6, docs/FORMAT.md §12): a directory's
 // class is read and set through the xattr `user.coffer.class` (what `coffer protect`
 // calls), a new directory takes its parent's, and a lock leaves each open file of an
 // `unless-open` directory its own key until its last close.

@@ -1,7 +1,7 @@
 // ProtectionClass is what a lock does to the files of a directory (format 6): `complete`
 // drops every key, `unlessOpen` keeps the key of each file open at the lock until it is
 // closed. A directory's class is its backing `coffer.class` file, sealed with the
-// metadata key and bound to the directory's IV (docs/FORMAT.md §9); no file means
+// metadata key and bound to the directory's IV (docs/FORMAT.md §12); no file means
 // `complete`, so a vault that never uses a class has none.
 import CofferCrypto
 import CofferSystem

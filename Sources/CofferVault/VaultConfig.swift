@@ -79,7 +79,7 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// with a precise message. Deliberate edits are caught by the slots' AD.
     public var checksum: String
 
-    /// The parameters as bytes, in a fixed order (docs/FORMAT.md, "Config"):
+    /// The parameters as bytes, in a fixed order (docs/FORMAT.md §3):
     /// "coffer.conf\0" ‖ u32 format ‖ str created ‖ str contentCipher ‖ u32 blockSize ‖
     /// str kdf.algorithm ‖ u64 opsLimit ‖ u64 memLimit ‖ str salt, where str is a u16
     /// big-endian length followed by UTF-8 bytes.

@@ -1,6 +1,6 @@
 // ExitCodes lists every exit status of the coffer command, in one place.
-// The README's table of exit statuses is written by hand; ExitStatusTableTests checks that
-// it lists exactly these.
+// The table of exit statuses in docs/guide/exit-statuses.md is written by hand;
+// ExitStatusTableTests checks that it lists exactly these.
 import ArgumentParser
 
 public enum ExitStatus: Int32, CaseIterable, Sendable {

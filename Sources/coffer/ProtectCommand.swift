@@ -80,7 +80,7 @@ struct ProtectCommand: ParsableCommand {
         guard inCoffer else { throw CommandFailure(status: .notMounted, message: "\(path) is not in a mounted coffer vault") }
     }
 
-    /// The failure of setxattr/getxattr with `code`, in the README's statuses.
+    /// The failure of setxattr/getxattr with `code`, in the statuses of docs/guide/exit-statuses.md.
     private func failure(_ code: Int32) -> CommandFailure {
         switch code {
         case EACCES:

@@ -1,22 +1,32 @@
-// The README's table of exit statuses and the code's one list of them
-// (Sources/coffer/ExitCodes.swift) say the same, so the two cannot drift apart; and the
-// failures that once exited with a status or a message the table does not give.
+// The table of exit statuses in docs/guide/exit-statuses.md and the code's one list of
+// them (Sources/coffer/ExitCodes.swift) say the same, so the two cannot drift apart; and
+// the failures that once exited with a status or a message the table does not give.
 import Foundation
 import XCTest
 
 final class ExitStatusTableTests: EndToEndCase {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
+    /// Where the table lives (README links to it).
+    static let tablePath = "/docs/guide/exit-statuses.md"
 
-    /// Status → the line's text, from `| N | meaning |` rows of the README's "Exit statuses".
-    func readmeTable() throws -> [Int: String] {
-        let readme = try String(contentsOfFile: Self.repository + "/README.md", encoding: .utf8)
-        let section = try XCTUnwrap(readme.components(separatedBy: "## Exit statuses").dropFirst().first)
-            .components(separatedBy: "\n## ").first ?? ""
+    /// Status → the line's text, from the `| N | meaning |` rows of the table that follows
+    /// the `| status | meaning |` header, up to its first line that is no table row.
+    /// Fails on a missing header, a row that is not `| N | text |`, an empty meaning or a
+    /// status listed twice.
+    func documentedTable() throws -> [Int: String] {
+        let text = try String(contentsOfFile: Self.repository + Self.tablePath, encoding: .utf8)
+        let lines = text.components(separatedBy: "\n")
+        let header = try XCTUnwrap(lines.firstIndex(of: "| status | meaning |"), "\(Self.tablePath) has no | status | meaning | table")
         var out: [Int: String] = [:]
-        for line in section.split(separator: "\n") where line.hasPrefix("| ") {
-            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-            if let status = Int(cells.first ?? "") { out[status] = cells.dropFirst().first ?? "" }
+        for line in lines.dropFirst(header + 2) {
+            guard line.hasPrefix("|") else { break }
+            let cells = line.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            let status = try XCTUnwrap(cells.count >= 4 ? Int(cells[1]) : nil, "not a status row: \(line)")
+            let meaning = cells[2...].dropLast().joined(separator: "|")
+            XCTAssertFalse(meaning.isEmpty, "status \(status) has no meaning")
+            XCTAssertNil(out[status], "status \(status) is listed twice")
+            out[status] = meaning
         }
         return out
     }
@@ -31,10 +41,13 @@ final class ExitStatusTableTests: EndToEndCase {
         })
     }
 
-    func testTheReadmeTableListsExactlyTheStatusesTheCodeHas() throws {
-        let readme = try readmeTable(), code = try codeTable()
+    func testTheDocumentedTableListsExactlyTheStatusesTheCodeHas() throws {
+        let documented = try documentedTable(), code = try codeTable()
         XCTAssertGreaterThan(code.count, 30)
-        XCTAssertEqual(Set(readme.keys), code, "README only: \(Set(readme.keys).subtracting(code).sorted()); code only: \(code.subtracting(readme.keys).sorted())")
+        let documentedOnly = Set(documented.keys).subtracting(code).sorted(), codeOnly = code.subtracting(documented.keys).sorted()
+        XCTAssertEqual(Set(documented.keys), code, "\(Self.tablePath) only: \(documentedOnly); code only: \(codeOnly)")
+        let readme = try String(contentsOfFile: Self.repository + "/README.md", encoding: .utf8)
+        XCTAssertTrue(readme.contains("(docs/guide/exit-statuses.md)"), "README no longer links the table of exit statuses")
     }
 
     func testFsckWithDamageSaysSoInOneLineOnStderr() {
