@@ -173,6 +173,8 @@ public enum DirectoryIV {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is not a regular file")
         } catch let error as Errno where error.code == ELOOP {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) is a symlink")
+        } catch let error as Errno where error.code == EFBIG {
+            throw VaultError.directoryIVDamaged(reason: "\(fileName) is larger than an IV file")
         }
         guard bytes.count == fileSize(bound: bound) else {
             throw VaultError.directoryIVDamaged(reason: "\(fileName) has \(bytes.count) bytes instead of \(fileSize(bound: bound))")

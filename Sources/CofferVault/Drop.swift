@@ -160,6 +160,8 @@ public enum DropRecord {
             bytes = try Sys.readFile(directory + "/" + fileName(id), in: root, limit: 4096)
         } catch let error as Errno where [ENOENT, EINVAL, ELOOP, ENOTDIR].contains(error.code) {
             throw VaultError.metadataDamaged(what: what + " (missing)")
+        } catch let error as Errno where error.code == EFBIG {
+            throw VaultError.metadataDamaged(what: what + " (too large)")
         }
         let placed = bytes.count == placedFileSize
         let opened = placed ? try? keys.metadata.open(bytes, associatedData: placedAssociatedData(id), what: what)

@@ -87,6 +87,8 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
             return nil
         } catch let error as Errno where error.code == EINVAL || error.code == ELOOP {
             throw VaultError.metadataDamaged(what: "protection class (\(name) is not a regular file)")
+        } catch let error as Errno where error.code == EFBIG {
+            throw VaultError.metadataDamaged(what: "protection class (\(name) is too large)")
         }
     }
 

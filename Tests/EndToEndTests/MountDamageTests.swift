@@ -70,6 +70,25 @@ final class MountDamageTests: EndToEndCase {
         XCTAssertEqual(vault.sh("cat ok/g").stdout, "y\n", "the other directory still works")
     }
 
+    /// A directory's IV file, a class file or a key record replaced by a file larger than
+    /// any coffer writes is damage like any other: EIO (not EFBIG) and a log line, and fsck
+    /// says so (the fuzzer, scripts/fuzz-cipherdir, found EFBIG served).
+    func testAnOversizedIVFileIsEIOForThatDirectory() {
+        let vault = vaultWithoutArrivals()
+        assertOK(vault.sh("mkdir d && echo x > d/f && mkdir ok && echo y > ok/g"), "write")
+        let inode = vault.sh("stat -c %i d").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        vault.unmount()
+        assertOK(Harness.sh("f=\"$(find \(vault.cipherdir) -inum \(inode))/coffer.diriv\"; chmod 600 \"$f\"; head -c 100 /dev/urandom > \"$f\""), "grow d's IV file")
+        vault.mount()
+        let r = vault.sh("ls d")
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+        XCTAssertTrue(vault.log.contains("larger than an IV file"), vault.log)
+        XCTAssertEqual(vault.sh("cat ok/g").stdout, "y\n", "the other directory still works")
+        vault.unmount()
+        XCTAssertEqual(vault.fsck().status, 40)
+    }
+
     func testTruncatedBackingFileIsReported() {
         let vault = mountedVault()
         assertOK(vault.sh("head -c 10000 /dev/urandom > data"), "write")
