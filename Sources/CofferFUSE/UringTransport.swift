@@ -275,6 +275,14 @@ final class UringTransport: @unchecked Sendable {
     /// there, with the entry's ticket for its unique ID — and has libfuse dispatch it;
     /// commits the reply if it came meanwhile.
     private func dispatch(_ queue: Queue, _ entry: Entry) throws(RingFailure) {
+        // Its last reply, if still listed to be wiped (another commit was not submitted
+        // yet), is wiped now: the kernel has taken it (it put this request in), and from
+        // here a worker writes the next reply into the entry, which a later wipe of the
+        // list would race with (ThreadSanitizer saw it) and could zero.
+        if let listed = queue.toWipe.firstIndex(where: { $0 === entry }) {
+            entry.scrub()
+            queue.toWipe.remove(at: listed)
+        }
         let ring = entry.ringHeader
         let header = entry.inOut.load(as: fuse_in_header.self)
         let payloadSize = Int(ring.pointee.ring_ent_in_out.payload_sz)
