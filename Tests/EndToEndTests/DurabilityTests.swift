@@ -105,7 +105,7 @@ final class DurabilityTests: EndToEndCase {
             """, vault.mountpoint, acknowledged])
         defer { writer.terminate() }
         func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
-        for _ in 0..<100 where count() < 30 { usleep(50_000) }
+        for _ in 0..<600 where count() < 30 { usleep(50_000) }  // up to 30 s
         XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled")
         var delivered = 0
         try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); delivered = count() }
@@ -139,10 +139,10 @@ final class DurabilityTests: EndToEndCase {
             """, vault.mountpoint, acknowledged])
         defer { writer.terminate() }
         func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
-        usleep(500_000)
+        for _ in 0..<300 where count() < 5 { usleep(100_000) }  // appends before the lock (up to 30 s)
         assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
         let atLock = count()
-        usleep(1_000_000)
+        for _ in 0..<300 where count() <= atLock + 5 { usleep(100_000) }  // and while locked (up to 30 s)
         XCTAssertGreaterThan(count(), atLock + 5, "the kept file took no appends while locked")
         var synced = 0
         try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); synced = count() }
@@ -214,6 +214,9 @@ final class DurabilityTests: EndToEndCase {
                 """, vault.mountpoint, acknowledged])
             // Ended even if the test fails before it ends them.
             addTeardownBlock { for p in [writer, flusher] where p.isRunning { p.terminate(); p.waitUntilExit() } }
+            // The window starts once the writer commits (up to 30 s: it starts slowly on a loaded machine).
+            func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
+            for _ in 0..<300 where count() < 1 { usleep(100_000) }
             usleep(1_500_000)
             disk.cut(vault)
             writer.terminate(); flusher.terminate()

@@ -71,7 +71,7 @@ final class EventsTests: EndToEndCase {
             soon '! cat g > /dev/null 2>&1'                                 # a damaged block refused
             cp "$bf" "$bf.sync-conflict-20260101-000000-ABCDEFG"            # a conflict copy arrives
             soon '[ -e f.sync-conflict-20260101-000000-ABCDEFG ]'
-            sleep 0.2
+            for i in $(seq 100); do grep -q '"event":"conflict"' "$S/json" && break; sleep 0.1; done   # heard before the wipe
             "$COFFER" wipe --yes "$C" > /dev/null                           # locks for good
             cd /; "$COFFER" unmount "$M"
             wait $one $two                                                  # both end with the mount

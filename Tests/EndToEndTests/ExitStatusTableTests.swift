@@ -140,7 +140,8 @@ final class ExitStatusTableTests: EndToEndCase {
             """, socket]
         try server.run()
         defer { server.terminate(); server.waitUntilExit() }
-        for _ in 0..<100 where !FileManager.default.fileExists(atPath: socket) { usleep(20_000) }
+        for _ in 0..<500 where !FileManager.default.fileExists(atPath: socket) { usleep(20_000) }  // up to 10 s
+        XCTAssertTrue(FileManager.default.fileExists(atPath: socket), "the stand-in daemon is not listening")
         let r = Harness.run([Harness.coffer, "status", "--socket", socket, scratch.path])
         XCTAssertEqual(r.status, 45, r.stderr)
         XCTAssertEqual(r.stderr.split(separator: "\n").count, 1, r.stderr)

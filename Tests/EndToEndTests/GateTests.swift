@@ -31,8 +31,14 @@ final class GateTests: EndToEndCase {
         XCTAssertEqual(refused.status, 22, refused.stderr)
         XCTAssertTrue(refused.stderr.contains("next attempt accepted in"), refused.stderr)
         let throttled = coffer(["unlock", "--passfile", vault.passfile, m])
-        XCTAssertEqual(throttled.status, 26, "an attempt inside the delay is refused without trying: \(throttled.stderr)")
         let status = coffer(["status", "--json", m]).stdout
+        // The attempt was inside the delay if the status, asked after it, still shows a
+        // delay; on a loaded machine the delay may have passed before it arrived, and
+        // then there is nothing to check about it here.
+        let json = (try? JSONSerialization.jsonObject(with: Data(status.utf8))) as? [String: Any]
+        if let retryAfter = json?["retryAfter"] as? Double, retryAfter > 0 {
+            XCTAssertEqual(throttled.status, 26, "an attempt inside the delay is refused without trying: \(throttled.stderr)")
+        }
         XCTAssertTrue(status.contains("\"failedAttempts\" : 1"), status)
         XCTAssertFalse(vault.log.contains("not it"), "the log never holds a secret")
         usleep(1_100_000)
@@ -124,6 +130,10 @@ final class GateTests: EndToEndCase {
             r = Harness.sh("runuser -u nobody -- \(Harness.coffer) status --socket \(socket) \(vault.mountpoint); true")
         }.filter { $0.contains("recvfrom(") }
         XCTAssertTrue(r.stderr.contains("only the mount's owner"), r.stderr)
+        // The refusal is logged after the connection is closed: perhaps after the client
+        // has returned.
+        let logged = Date().addingTimeInterval(10)
+        while !vault.log.contains("refused a connection") && Date() < logged { usleep(100_000) }
         XCTAssertTrue(vault.log.contains("refused a connection from uid 65534"), vault.log)
         XCTAssertLessThanOrEqual(receives.count, 6, receives.joined(separator: "\n"))
         XCTAssertEqual(coffer(["status", "--socket", socket, vault.mountpoint]).status, 0)

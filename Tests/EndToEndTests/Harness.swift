@@ -165,8 +165,11 @@ class EndToEndCase: XCTestCase {
 
     /// The system calls `calls` (strace's `trace=` list) that process `pid` makes, in
     /// any of its threads, while `body` runs: strace's lines. strace is attached to
-    /// every thread before `body` starts, and stopped when this returns.
-    func tracing(_ pid: Int32, calls: String, during body: () -> Void) throws -> [Substring] {
+    /// every thread before `body` starts, and stopped when this returns: once the lines
+    /// traced so far satisfy `until` (up to 20 s after `body`), or without it 0.2 s
+    /// after `body`.
+    func tracing(_ pid: Int32, calls: String, until: (([Substring]) -> Bool)? = nil,
+                 during body: () -> Void) throws -> [Substring] {
         let trace = scratch.path + "/trace-\(pid)-\(calls)"
         let strace = Process()
         strace.executableURL = URL(fileURLWithPath: "/usr/bin/strace")
@@ -186,7 +189,15 @@ class EndToEndCase: XCTestCase {
         while !allTraced() && Date() < deadline { usleep(20_000) }
         XCTAssertTrue(allTraced(), "strace did not attach to every thread of process \(pid)")
         body()
-        usleep(200_000)
+        if let until {
+            let stopBy = Date().addingTimeInterval(20)
+            func lines() -> [Substring] {
+                ((try? String(contentsOfFile: trace, encoding: .utf8)) ?? "").split(separator: "\n")
+            }
+            while !until(lines()) && Date() < stopBy { usleep(100_000) }
+        } else {
+            usleep(200_000)
+        }
         strace.interrupt()
         strace.waitUntilExit()
         return try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n")

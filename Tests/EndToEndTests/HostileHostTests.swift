@@ -68,16 +68,16 @@ final class HostileHostTests: EndToEndCase {
         // sit in the kernel until the FIFO is written to.
         let script = """
             (rc=0; ls "$M/d" > /dev/null 2> "$R.ls" || rc=$?; echo $rc > "$R.rc") < /dev/null > /dev/null 2>&1 &
-            sleep 2
+            for i in $(seq 150); do [ -s "$R.rc" ] && break; sleep 0.1; done   # the listing's end (up to 15 s)
             start=$(date +%s)
-            timeout 20 \(Harness.coffer) lock "$M" > /dev/null 2> "$R.lock" && echo locked
+            timeout 60 \(Harness.coffer) lock "$M" > /dev/null 2> "$R.lock" && echo locked
             echo elapsed $(( $(date +%s) - start ))
             timeout 10 \(Harness.coffer) status "$M" | head -1
             """
-        let r = Harness.sh("export M='\(vault.mountpoint)' R='\(scratch.path)/fifo'; " + script, timeout: 60)
+        let r = Harness.sh("export M='\(vault.mountpoint)' R='\(scratch.path)/fifo'; " + script, timeout: 120)
         XCTAssertTrue(r.stdout.contains("locked\n"), "lock: \(r.stdout) \(r.stderr)")
         let elapsed = Int(r.stdout.components(separatedBy: "elapsed ").last?.prefix(while: { $0.isNumber }) ?? "") ?? 99
-        XCTAssertLessThanOrEqual(elapsed, 10, "the lock must complete within seconds")
+        XCTAssertLessThanOrEqual(elapsed, 30, "the lock must complete, not wait for the FIFO")
         XCTAssertTrue(r.stdout.contains("State:           locked"), r.stdout)
         let listing = (try? String(contentsOfFile: scratch.path + "/fifo.rc", encoding: .utf8)) ?? "still running"
         XCTAssertNotEqual(listing.trimmingCharacters(in: .whitespacesAndNewlines), "0", "listing a directory whose IV is a FIFO")
@@ -330,7 +330,7 @@ final class HostileHostTests: EndToEndCase {
             r = subprocess.run([coffer, "lock", "--socket", sock, m], capture_output=True, timeout=60)
             took = time.time() - start
             print("lock", r.returncode, r.stderr.decode().strip(), "took %.1f" % took)
-            assert r.returncode == 0 and took < 5, "the owner's lock must get through the flood"
+            assert r.returncode == 0 and took < 20, "the owner's lock must get through the flood"
             print("threads", base_threads, peak)
             assert peak <= base_threads + 2, f"a thread per connection: {base_threads} -> {peak}"
             # A slow client that sends a byte a second is cut off by the whole-request deadline.
@@ -348,7 +348,8 @@ final class HostileHostTests: EndToEndCase {
             assert time.time() - start < 12, "a request trickling in must end at the deadline"
             for c in owner: c.close()
             os.waitpid(others, 0)
-            time.sleep(2)
+            deadline = time.time() + 15             # until the daemon has closed what the flood opened
+            while fds() > base_fds + 2 and time.time() < deadline: time.sleep(0.1)
             print("fds", base_fds, fds())
             assert fds() <= base_fds + 2, "descriptors leaked"
             print("flood ok")
@@ -493,8 +494,12 @@ final class HostileHostTests: EndToEndCase {
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             os.close(r)
             os.write(w, b"half-typed")          # no newline yet: the client is still reading
-            time.sleep(1)
-            owner = os.stat(f"/proc/{p.pid}/mem").st_uid
+            owner = None
+            for _ in range(100):                # until it is non-dumpable, or has ended (up to 10 s)
+                try: owner = os.stat(f"/proc/{p.pid}/mem").st_uid
+                except FileNotFoundError: break
+                if owner == 0 or p.poll() is not None: break
+                time.sleep(0.1)
             os.write(w, b"\\n"); os.close(w); p.wait(timeout=30)
             print("mem owner", owner)
             """

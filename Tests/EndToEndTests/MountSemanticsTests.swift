@@ -250,7 +250,9 @@ final class MountSemanticsTests: EndToEndCase {
             def asked(step):
                 start = os.path.getsize(log)
                 step()
-                time.sleep(0.2)
+                quiet_by, size = time.time() + 10, -1   # until the log stops growing: the daemon caught up
+                while os.path.getsize(log) != size and time.time() < quiet_by:
+                    size = os.path.getsize(log); time.sleep(0.2)
                 with open(log, "rb") as f:
                     f.seek(start)
                     text = f.read().decode(errors="replace")
@@ -315,7 +317,7 @@ final class MountSemanticsTests: EndToEndCase {
         let descriptors = { Int(Harness.sh("ls /proc/\(pid)/fd | wc -l").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
         XCTAssertGreaterThan(descriptors(), 3000, "every looked-up file holds a node")
         Harness.sh("sync && echo 2 > /proc/sys/vm/drop_caches")
-        let deadline = Date().addingTimeInterval(10)
+        let deadline = Date().addingTimeInterval(30)
         while descriptors() > 200 && Date() < deadline { usleep(100_000) }
         XCTAssertLessThan(descriptors(), 200, "nodes were not released after the kernel forgot them")
         XCTAssertEqual(vault.sh("ls many | wc -l").stdout, "3000\n")
@@ -332,7 +334,9 @@ final class MountSemanticsTests: EndToEndCase {
         let limit = Harness.sh("prlimit --pid \(pid) --nofile --raw --noheadings -o SOFT,HARD").stdout
             .split(separator: " ", omittingEmptySubsequences: true).map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
         XCTAssertEqual(limit.count, 2, "prlimit: \(limit)")
-        Harness.sh("echo 2 > /proc/sys/vm/drop_caches; sleep 1")
+        // Until the kernel's forgets are handled: the descriptor count holds still for 0.2 s (up to 10 s).
+        Harness.sh("echo 2 > /proc/sys/vm/drop_caches; a=; for i in $(seq 50); do b=$(ls /proc/\(pid)/fd | wc -l); "
+                   + "[ \"$a\" = \"$b\" ] && break; a=$b; sleep 0.2; done")
         let open = Int(Harness.sh("ls /proc/\(pid)/fd | wc -l").stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         assertOK(Harness.sh("prlimit --pid \(pid) --nofile=\(open + 20):\(limit.last ?? "1024")"), "lower the daemon's limit")
         let r = vault.sh("""

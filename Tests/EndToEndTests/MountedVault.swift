@@ -66,8 +66,9 @@ final class MountedVault {
     func killDaemon() {
         guard let pid = daemonPID else { return XCTFail("no daemon pid") }
         kill(pid, SIGKILL)
-        // Gone once /proc has no live process by that number (a zombie has closed all).
-        for _ in 0..<500 {
+        // Gone once /proc has no live process by that number (a zombie has closed all);
+        // up to 30 s.
+        for _ in 0..<3000 {
             let stat = KernelFiles.text("/proc/\(pid)/stat") ?? ""
             if stat.isEmpty || stat.contains(") Z ") { break }
             usleep(10_000)

@@ -13,14 +13,15 @@ final class OtherWritersTests: EndToEndCase {
     /// `elsewhere NAME CONTENT KEPT` makes CONTENT a version of mount entry NAME as
     /// another machine would have written it (bound to NAME's place, FORMAT.md §4), kept
     /// as backing entry KEPT, and then empties NAME again, and
-    /// `soon COMMAND` runs COMMAND until it succeeds, for at most 1 s: the daemon learns
+    /// `soon COMMAND` runs COMMAND until it succeeds, for at most 10 s: the daemon learns
     /// of a change a moment after it is made (usually well before the next command), and
-    /// promises to serve it within 1 s.
+    /// promises to serve it within 1 s, which a loaded machine stretches (the bound here
+    /// is for a daemon that never learns of it).
     let helpers = """
         backing() { find "$C" -maxdepth 1 -inum "$(stat -c %i "$M/$1")" -printf '%f\\n' | head -1; }
         replace() { cp -p "$C/$1" "$C/.syncthing.tmp" && mv "$C/.syncthing.tmp" "$C/$2"; }
         elsewhere() { printf '%s\n' "$2" > "$1" && cp -p "$(find "$C" -inum "$(stat -c %i "$M/$1")" | head -1)" "$C/$3" && : > "$1"; }
-        soon() { local i; for i in $(seq 40); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
+        soon() { local i; for i in $(seq 400); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
 
         """
 

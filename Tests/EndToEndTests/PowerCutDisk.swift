@@ -48,7 +48,11 @@ final class PowerCutDisk {
     /// Unmounts the file system and detaches the loop device (idempotent).
     func detach() {
         guard let device else { return }
-        Harness.sh("fuser -s -k -KILL -m '\(mountpoint)' 2>/dev/null; sleep 0.2; umount '\(mountpoint)' 2>/dev/null || umount -l '\(mountpoint)'; true")
+        // The killed processes let go of it within 10 s, even on a loaded machine (fuser
+        // fails when it finds none: not the end of the script).
+        Harness.sh("fuser -s -k -KILL -m '\(mountpoint)' 2>/dev/null || true; "
+                   + "for i in $(seq 100); do umount '\(mountpoint)' 2>/dev/null && exit 0; sleep 0.1; done; "
+                   + "umount -l '\(mountpoint)' 2>/dev/null || true")
         Harness.sh("losetup -d '\(device)' 2>/dev/null; true")
         self.device = nil
     }

@@ -245,7 +245,10 @@ final class ProtectionClassTests: EndToEndCase {
             # A write through to the daemon: the kept key is used (and, for AES, expanded) after the lock.
             kept.seek(0, 2); kept.write(b"k"); kept.flush(); os.fsync(kept.fileno())
             print("while open", json.dumps(scan(pid, keys), sort_keys=True))
-            kept.close(); time.sleep(0.5)
+            kept.close()
+            deadline = time.time() + 10                  # until the kernel's RELEASE reached the daemon
+            kept_open = lambda: json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["filesKeptOpen"]
+            while kept_open() and time.time() < deadline: time.sleep(0.1)
             print("after close", json.dumps(scan(pid, keys), sort_keys=True))
             """
         let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, recovery, vectors], timeout: 120)
@@ -321,6 +324,8 @@ final class ProtectionClassTests: EndToEndCase {
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             locked.set()
             time.sleep(3)
+            deadline = time.time() + 57                  # on a slow machine, until 20 were delivered while locked
+            while sum(l for _, l in list(delivered.values())) < 20 and time.time() < deadline: time.sleep(0.1)
             listed = sorted(os.listdir(os.path.join(md, "new")))
             while_locked = sorted(n for n, (_, l) in delivered.items() if l)
             # A delivery that straddled the lock (made before, renamed after) is new there too.

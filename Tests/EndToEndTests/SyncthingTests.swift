@@ -13,11 +13,12 @@ final class SyncthingTests: EndToEndCase {
         .deletingLastPathComponent().path
 
     /// The steps, run as the pair's command: $A and $B are the two CIPHERDIRs, $MA and $MB
-    /// their mounts. `soon` allows the daemon its moment to learn of a change (1 s at most).
+    /// their mounts. `soon` allows the daemon its moment to learn of a change (10 s at
+    /// most, for a loaded machine).
     static let steps = #"""
         set -euo pipefail
         fail() { echo "FAIL: $*"; exit 1; }
-        soon() { local i; for i in $(seq 40); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
+        soon() { local i; for i in $(seq 400); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
         synced() { "$ST_PAIR" wait-synced 60 >/dev/null; }
         apart() { "$ST_PAIR" pause A; "$ST_PAIR" pause B; }
         together() { "$ST_PAIR" resume A; "$ST_PAIR" resume B; synced; }

@@ -27,9 +27,10 @@ final class TransportTests: EndToEndCase {
         return object?["transport"] as? String
     }
 
-    /// True once `pid` has exited (gone, or a zombie its parent has not reaped yet).
+    /// True once `pid` has exited (gone, or a zombie its parent has not reaped yet),
+    /// within 30 s.
     func ended(_ pid: Int32) -> Bool {
-        for _ in 0..<50 {
+        for _ in 0..<300 {
             guard let stat = KernelFiles.text("/proc/\(pid)/stat") else { return true }
             if stat.split(separator: ")").last?.split(separator: " ").first == "Z" { return true }
             usleep(100_000)
@@ -156,7 +157,8 @@ final class TransportTests: EndToEndCase {
         vault.mount(["--transport", "uring"])
         let writer = Harness.start(["sh", "-c", "while :; do echo x >> \(vault.mountpoint)/f || exit; done"])
         defer { writer.terminate(); writer.waitUntilExit() }
-        usleep(300_000)
+        // Requests are running once the file has content (up to 10 s).
+        Harness.sh("for i in $(seq 100); do [ -s '\(vault.mountpoint)/f' ] && break; sleep 0.1; done")
         guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
         kill(pid, SIGKILL)
         // stat itself reports the error (one stopped by the timeout would say nothing):

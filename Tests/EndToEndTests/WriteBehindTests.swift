@@ -5,32 +5,58 @@ import Foundation
 import XCTest
 
 final class WriteBehindTests: EndToEndCase {
-    /// The daemon's writeback starts of backing files during `body`: (offset, length).
-    private func starts(_ vault: MountedVault, during body: () -> Void) throws -> [(Int64, Int64)] {
-        let pid = try XCTUnwrap(vault.daemonPID)
-        let calls = try tracing(pid, calls: "sync_file_range", during: body).filter { $0.contains("sync_file_range(") }
-        // Only starts: a call that waits (an fsync's write-out) is not what this is about.
-        let starts = calls.filter { $0.contains(", SYNC_FILE_RANGE_WRITE)") }
-        // Each on the write-behind thread, never on a thread that answers requests.
-        for call in starts {
-            let thread = call.prefix { $0 != " " }
-            let name = KernelFiles.text("/proc/\(pid)/task/\(thread)/comm")
-            XCTAssertEqual(name, "coffer-wbehind\n", "started by thread \(thread): \(call)")
-        }
-        return starts.map { call in
+    /// The writeback starts among strace's lines: a call that waits (an fsync's
+    /// write-out) is not what this is about.
+    private func startCalls(_ lines: [Substring]) -> [Substring] {
+        lines.filter { $0.contains("sync_file_range(") && $0.contains(", SYNC_FILE_RANGE_WRITE)") }
+    }
+
+    /// (offset, length) of each start.
+    private func ranges(_ starts: [Substring]) -> [(Int64, Int64)] {
+        starts.map { call in
             let fields = call.split(separator: "(", maxSplits: 1)[1].split(separator: ",")
             return (Int64(fields[1].trimmingCharacters(in: .whitespaces)) ?? -1,
                     Int64(fields[2].trimmingCharacters(in: .whitespaces)) ?? -1)
         }
     }
 
+    /// The daemon's writeback starts of backing files during `body`, traced until
+    /// `until` holds for those seen so far (see `tracing`): (offset, length).
+    private func starts(_ vault: MountedVault, until: (([(Int64, Int64)]) -> Bool)? = nil,
+                        during body: () -> Void) throws -> [(Int64, Int64)] {
+        let pid = try XCTUnwrap(vault.daemonPID)
+        let traced: (([Substring]) -> Bool)? = until.map { until in
+            { lines in until(self.ranges(self.startCalls(lines))) }
+        }
+        let lines = try tracing(pid, calls: "sync_file_range", until: traced, during: body)
+        let starts = startCalls(lines)
+        // Each on the write-behind thread, never on a thread that answers requests.
+        for call in starts {
+            let thread = call.prefix { $0 != " " }
+            let name = KernelFiles.text("/proc/\(pid)/task/\(thread)/comm")
+            XCTAssertEqual(name, "coffer-wbehind\n", "started by thread \(thread): \(call)")
+        }
+        return ranges(starts)
+    }
+
     func testALongSequentialWriteStartsTheDiskBehindItInOrder() throws {
         let vault = mountedVault()
         let source = scratch.path + "/source"
         assertOK(Harness.sh("head -c 40M /dev/urandom > '\(source)'"), "source")
-        let started = try starts(vault) {
+        // The backing file's size, once the stream is written.
+        func backingSize() -> Int64? {
+            vault.sh("stat -c %s \"$(find \"$C\" -type f -size +1M)\"").stdout
+                .split(separator: "\n").first.flatMap { Int64($0) }
+        }
+        // Traced until the thread's last start (it may come after dd returns, on a slow
+        // machine): one reaching within 5 MiB of the end, or 20 s.
+        var written: Int64?
+        let started = try starts(vault, until: { seen in
+            guard let written, let last = seen.last else { return false }
+            return last.0 + last.1 > written - (5 << 20)
+        }) {
             assertOK(vault.sh("dd if='\(source)' of=stream bs=1M status=none"), "stream")
-            usleep(500_000)  // the thread's last start, on a slow machine
+            written = backingSize()
         }
         // 40 MiB: from 8 MiB on, every 4 MiB (fewer calls if some waited for the thread
         // and were merged); none waits, each in whole pages, the first from the file's
@@ -47,8 +73,7 @@ final class WriteBehindTests: EndToEndCase {
                 XCTAssertEqual(offset, before.0 + before.1, "\(started)")
             }
         }
-        let size = try XCTUnwrap(vault.sh("stat -c %s \"$(find \"$C\" -type f -size +1M)\"").stdout
-                .split(separator: "\n").first.flatMap { Int64($0) })
+        let size = try XCTUnwrap(backingSize())
         XCTAssertLessThan(started.last.map { $0.0 + $0.1 } ?? 0, size)
         XCTAssertGreaterThan(started.last.map { $0.0 + $0.1 } ?? 0, size - (5 << 20))
         // What was written reads back.

@@ -39,7 +39,7 @@ public final class DesktopKeyring: @unchecked Sendable {
             """.utf8).write(to: URL(fileURLWithPath: config))
         do {
             busDaemon = try Self.launch("/usr/bin/dbus-daemon", ["--config-file=" + config, "--nofork", "--nopidfile"])
-            for _ in 0..<200 {
+            for _ in 0..<1000 {  // up to 10 s
                 if FileManager.default.fileExists(atPath: directory + "/bus") { break }
                 usleep(10_000)
             }
@@ -48,10 +48,8 @@ public final class DesktopKeyring: @unchecked Sendable {
                                                                               "XDG_DATA_HOME": directory + "/home/data",
                                                                               "XDG_RUNTIME_DIR": directory + "/runtime"]) { $1 },
                                             input: "the login password")
-            for _ in 0..<300 {
-                if defaultCollection() != nil { break }
-                usleep(10_000)
-            }
+            let deadline = Date().addingTimeInterval(30)
+            while defaultCollection() == nil && Date() < deadline { usleep(10_000) }
             guard defaultCollection() == "/org/freedesktop/secrets/collection/login" else {
                 throw StartFailure(description: "gnome-keyring-daemon did not come up on the private bus")
             }

@@ -39,7 +39,7 @@ public final class SoftwareTPM: @unchecked Sendable {
             swtpm.standardError = FileHandle.nullDevice
             do { try swtpm.run() } catch { throw StartFailure(description: "swtpm: \(error) (scripts/setup --test installs it)") }
             var up = false
-            for _ in 0..<200 {
+            for _ in 0..<1000 {  // up to 10 s
                 up = Self.answers(free)
                 if up || !swtpm.isRunning { break }
                 usleep(10_000)
