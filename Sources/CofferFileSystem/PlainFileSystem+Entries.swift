@@ -191,7 +191,7 @@ extension PlainFileSystem {
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
             let targetSidecar = st.flatMap { lastLinkTargetSidecar(backing.name, stat: $0, in: dir, keys: keys) }
-            let keyRecord = st.flatMap { lastLinkKeyRecord(backing.name, stat: $0, in: dir, keys: keys) }
+            let keyRecord = st.flatMap { lastLinkKeyRecord(backing.name, shownAs: name, stat: $0, in: dir, keys: keys) }
             if let st { markRemovedThroughMount(st) }
             try Sys.unlink(backing.name, in: dir.fd)
             NameTransform.removeSidecar(backing, in: dir.fd)
@@ -221,13 +221,19 @@ extension PlainFileSystem {
     /// The file ID of the key record that backing entry `backingName` (stat `st`) takes with
     /// it when it goes: the last link of a file made while locked (its header sealed,
     /// FORMAT.md §12), in a vault that has key records; else nil. The header is read only
-    /// where coffer.drops exists (one stat of it for every other removal).
-    private func lastLinkKeyRecord(_ backingName: String, stat st: stat, in dir: Node, keys: Keys) -> FileID? {
+    /// where coffer.drops exists (one stat of it for every other removal). Only a file that
+    /// proves it is that file, here — its place tag is the one of `name` in `dir` — takes
+    /// the record: a copy of it (planted, or a sync engine's conflict copy, whose tag is its
+    /// original's) must not take the original's key with it.
+    private func lastLinkKeyRecord(_ backingName: String, shownAs name: [UInt8], stat st: stat, in dir: Node,
+                                   keys: Keys) -> FileID? {
         guard keys.set.drops != nil, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
               (try? Sys.stat(DropRecord.directory, in: nodes.root.fd)) != nil,
               let fd = try? FileDescriptor.openRegular(backingName, in: dir.fd),
               let header = try? ContentFile(fd: fd.rawValue, cipher: keys.set.content, layout: layout).header(),
-              header.isSealed else { return nil }
+              header.isSealed, let tag = header.placeTag,
+              let expected = try? keys.set.places.tag(fileID: header.fileID.bytes, dirIV: directoryIV(dir, keys: keys), name: name),
+              PlaceMAC.equal(tag, expected) else { return nil }
         return header.fileID
     }
 
@@ -282,7 +288,7 @@ extension PlainFileSystem {
             let replacedSidecar = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
                 ? target.flatMap { lastLinkTargetSidecar(new.name, stat: $0, in: to, keys: keys) } : nil
             let replacedRecord = flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing)
-                ? target.flatMap { lastLinkKeyRecord(new.name, stat: $0, in: to, keys: keys) } : nil
+                ? target.flatMap { lastLinkKeyRecord(new.name, shownAs: newName, stat: $0, in: to, keys: keys) } : nil
             if flags & RENAME_EXCHANGE == 0 && !(from === to && old == new.backing), let target {
                 markRemovedThroughMount(target)
             }
