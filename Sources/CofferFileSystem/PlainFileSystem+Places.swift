@@ -87,8 +87,13 @@ extension PlainFileSystem {
                 do {
                     record = try DirectoryIV.read(in: dir.fd, bound: bindsDirectories)
                 } catch let error as VaultError {
-                    guard dir !== nodes.root, DirectoryIV.isArriving(dir.fd) else { throw error }
-                    throw Errno(ENOENT, "a directory arriving from another program has no IV file yet")
+                    guard dir !== nodes.root else { throw error }
+                    if DirectoryIV.isArriving(dir.fd) {
+                        throw Errno(ENOENT, "a directory arriving from another program has no IV file yet")
+                    }
+                    // It may have arrived between the read and the look: read it again (a
+                    // file still missing or damaged is damage, as the first read found).
+                    record = try DirectoryIV.read(in: dir.fd, bound: bindsDirectories)
                 }
                 // An IV this node was already checked with is its own.
                 guard bindsDirectories, record.iv != last else { return record.iv }

@@ -220,6 +220,33 @@ final class OtherWritersTests: EndToEndCase {
         XCTAssertTrue(fsck.stdout.contains("1 directory still arriving"), fsck.stdout)
     }
 
+    /// An IV file that arrives while the daemon is finding it missing (between its read
+    /// and its look at whether the directory is arriving) is read, not damage: readers
+    /// list an arriving directory in a loop while its IV file comes and goes 300 times.
+    func testAnIVFileArrivingDuringItsReadIsNotDamage() {
+        let vault = mountedVault()
+        assertOK(vault.sh(helpers + """
+            mkdir d; echo x > d/f; bd=$(backing d)
+            python3 - "$M/d" "$C/$bd/coffer.diriv" "$C/../away" <<'EOF'
+            import os, sys, threading, time
+            view, iv, away = sys.argv[1:]
+            stop = False
+            def list_forever():
+                while not stop:
+                    try: os.listdir(view)
+                    except OSError: pass
+            readers = [threading.Thread(target=list_forever) for _ in range(2)]
+            for r in readers: r.start()
+            for _ in range(300):
+                os.rename(iv, away); time.sleep(0.003)
+                os.rename(away, iv); time.sleep(0.003)
+            stop = True
+            for r in readers: r.join()
+            EOF
+            """), "an IV file that comes and goes")
+        XCTAssertFalse(vault.log.contains("damage"), vault.log)
+    }
+
     /// An engine that keeps one side of a conflict (Unison's prefer, rclone bisync's
     /// conflict-loser delete) replaces the IV file coffer gave an arriving directory with
     /// the one it arrives with, instead of keeping both: the file made here stays readable
