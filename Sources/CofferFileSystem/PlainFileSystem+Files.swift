@@ -150,20 +150,24 @@ extension PlainFileSystem {
         return try withContentKey(file.node) { cipher in
             guard file.writable else { throw Errno(EBADF, "write") }
             // Before the write, so that a refused write lands nowhere (the orphaned inode
-            // would give its bytes to a read on the same descriptor); after it too, for a
-            // replacement in the middle of the write (then its bytes are in the orphan,
-            // unacknowledged).
-            try refuseIfRemovedByOthers(file)
+            // would give its bytes to a read on the same descriptor): on the status the
+            // write reads for its size. After it too, for a replacement in the middle of
+            // the write (then its bytes are in the orphan, unacknowledged): on one status
+            // that also serves the set-ID clearing.
             let runSoFar = try reportingDamage(file.node) {
                 try file.node.contentLock.writing {
                     try content(file.fd, of: file.node, cipher: cipher(file.fd),
-                                safety: rewriteSafety(file.node, synchronous: file.synchronous)).write(data, at: offset)
+                                safety: rewriteSafety(file.node, synchronous: file.synchronous))
+                        .write(data, at: offset) { try refuseIfRemovedByOthers(file.node, status: $0) }
                     return file.synchronous ? nil : file.writeBehind.wrote(data.count, at: offset)
                 }
             }
             if let runSoFar { startWriteBehind(file.node, runSoFar) }
-            try refuseIfRemovedByOthers(file)
-            if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, caller: caller) { attributesChanged(nodes.id(of: file.node)) }
+            let after = try Sys.stat(file.fd)
+            try refuseIfRemovedByOthers(file.node, status: after)
+            if !caller.keepsSetID, try dropSetID(file.node, fd: file.fd, status: after, caller: caller) {
+                attributesChanged(nodes.id(of: file.node))
+            }
             return data.count
         }
     }
@@ -182,10 +186,10 @@ extension PlainFileSystem {
     /// the caller's primary group). Once the FUSE bridge (SessionIO) has asked for
     /// FUSE_HANDLE_KILLPRIV_V2 the kernel leaves this to the file system; without it,
     /// doing it here as well changes nothing. `fd`: an open descriptor of the backing
-    /// file, if there is one. True if the mode changed.
-    func dropSetID(_ node: Node, fd: Int32?, caller: Caller) throws -> Bool {
+    /// file, if there is one; `status`: its status, if just read. True if the mode changed.
+    func dropSetID(_ node: Node, fd: Int32?, status: stat? = nil, caller: Caller) throws -> Bool {
         guard node.isRegular else { return false }
-        let st = try Sys.stat(fd ?? node.fd)
+        let st = try status ?? Sys.stat(fd ?? node.fd)
         let mode = st.st_mode & 0o7777
         var kept = mode & ~S_ISUID
         if mode & S_IXGRP != 0 || (!caller.keepsSetID && caller.gid != st.st_gid) { kept &= ~S_ISGID }
@@ -228,8 +232,9 @@ extension PlainFileSystem {
     /// always seen: the write is then not acknowledged. One fstat per request.
     func refuseIfRemovedByOthers(_ file: OpenFile) throws { try refuseIfRemovedByOthers(file.node) }
 
-    func refuseIfRemovedByOthers(_ node: Node) throws {
-        guard try Sys.stat(node.fd).st_nlink == 0, !node.removedThroughMount.load(ordering: .acquiring) else { return }
+    /// `status`: the backing file's, if just read.
+    func refuseIfRemovedByOthers(_ node: Node, status: stat? = nil) throws {
+        guard try (status ?? Sys.stat(node.fd)).st_nlink == 0, !node.removedThroughMount.load(ordering: .acquiring) else { return }
         logger.notice("write refused (ESTALE): \(node.plaintextPath) (backing inode \(node.ino)) was replaced or removed by another program after it was opened; it is to be opened again")
         throw VaultError.replacedByOtherWriter
     }

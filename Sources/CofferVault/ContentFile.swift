@@ -281,10 +281,15 @@ public struct ContentFile {
 
     /// Writes `data` at plaintext `offset`, extending the file (with holes) if needed.
     /// If it fails (ENOSPC), the file is as it was.
-    public func write(_ data: UnsafeRawBufferPointer, at offset: Int64) throws {
+    /// Writes `data` at plaintext `offset`. `check` is given the backing file's status,
+    /// the one this write reads for its size, before anything is written: what it throws
+    /// ends the write with nothing written.
+    public func write(_ data: UnsafeRawBufferPointer, at offset: Int64, checking check: (stat) throws -> Void = { _ in }) throws {
         guard data.count > 0 else { return }
         try BlockLayout.checkSize(offset + Int64(data.count))
-        let (cipherSize, oldSize) = try sizes()
+        let st = try Sys.stat(fd)
+        try check(st)
+        let cipherSize = Int64(st.st_size), oldSize = try layout.plainSize(cipherSize: cipherSize)
         var undo = Undo(cipherSize: cipherSize)
         do {
             try write(data, at: offset, cipherSize: cipherSize, plainSize: oldSize, undo: &undo)
