@@ -128,8 +128,9 @@ public struct ContentCipher: Sendable {
         return ContentCipher(key: fileKey, algorithm: algorithm, perFileKeys: true, onlyFile: fileID, engine: engine, keySlot: nil)
     }
 
-    /// A copy of this cipher's key, for known-answer tests of a one-file cipher only.
-    public func keyBytesForTests() throws -> [UInt8] {
+    /// A copy of this cipher's key, for known-answer tests of a one-file cipher only
+    /// (internal: the tests reach it through `@testable import`).
+    func keyBytesForTests() throws -> [UInt8] {
         precondition(onlyFile != nil, "only a one-file cipher's key may be copied out")
         return try key.lend { Array(UnsafeBufferPointer(start: $0, count: 32)) }
     }

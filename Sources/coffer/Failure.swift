@@ -38,7 +38,10 @@ func classify(_ error: Error) -> (ExitStatus, String) {
         case .slotLabelTaken: status = .slotLabelTaken
         case .slotAmbiguous: status = .slotAmbiguous
         case .invalidSlotLabel: status = .usage
-        default: status = .failure
+        case .fileHeaderDamaged, .fileTruncated, .placeMismatch, .blockDamaged, .nameDamaged, .longNameDamaged,
+             .symlinkSidecarDamaged, .directoryIVDamaged, .directoryIVMisplaced, .replacedByOtherWriter, .nameTooLong,
+             .invalidName, .tooLong, .metadataDamaged, .dropRefused:
+            status = .failure
         }
         return (status, error.description)
     case let error as TPM2Error:

@@ -1,7 +1,7 @@
 // Tests of the plaintext file system driven directly, without FUSE, on a vault in a
 // temp dir: lookup and forget counts, readdir offsets, renames with long-name
 // sidecars, the modes of new entries, and descriptors after failed opens.
-import CofferCrypto
+@testable import CofferCrypto
 import CofferSystem
 import CofferVault
 @testable import CofferFileSystem

@@ -1,6 +1,6 @@
 // Checks the known-answer vectors printed in docs/FORMAT.md against the code, so the
 // specification cannot drift from the implementation.
-import CofferCrypto
+@testable import CofferCrypto
 import CofferSystem
 @testable import CofferVault
 import Foundation
