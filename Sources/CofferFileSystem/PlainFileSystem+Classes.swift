@@ -64,7 +64,7 @@ extension PlainFileSystem {
     /// file open now whose directory is `unless-open` keeps its own key (and nothing
     /// else) until its last close. Returns how many files kept one.
     @discardableResult
-    func keepOpenFiles(keys: Keys, unlessOpen: Set<LockedDrops.Key>) -> Int {
+    func keepOpenFiles(keys: Keys, unlessOpen: Set<LockedView.Key>) -> Int {
         var kept = 0
         for node in nodes.allNodes() where node.isRegular && node.isOpen && node.keptKey == nil {
             guard let dir = node.directory, unlessOpen.contains(.init(dir)) else { continue }
@@ -84,9 +84,9 @@ extension PlainFileSystem {
 
     /// The directories the kernel knows whose class is `unless-open`: read once at a lock,
     /// for the open files it leaves their keys and the directories that take new files.
-    func unlessOpenDirectories(keys: Keys) -> Set<LockedDrops.Key> {
+    func unlessOpenDirectories(keys: Keys) -> Set<LockedView.Key> {
         guard vault.config.hasProtectionClasses else { return [] }
-        return Set(nodes.allNodes().filter { $0.isDirectory && protectionClass(of: $0, keys: keys) == .unlessOpen }.map(LockedDrops.Key.init))
+        return Set(nodes.allNodes().filter { $0.isDirectory && protectionClass(of: $0, keys: keys) == .unlessOpen }.map(LockedView.Key.init))
     }
 
     /// How many files a lock left their keys, still open.

@@ -20,106 +20,54 @@ import CofferVault
 import Glibc
 import Synchronization
 
-/// What the mount keeps from one lock to the next unlock for drops.
-final class LockedDrops: Sendable {
-    struct Key: Hashable {
-        let dev: UInt64
-        let ino: UInt64
-        init(_ node: Node) { dev = node.dev; ino = node.ino }
-    }
-
-    /// An entry made while locked — or a file from before the lock that the kernel knew
-    /// in a directory that takes drops (so that a delivery begun just before the lock can
-    /// still be renamed or removed): its backing name is then its encrypted name until a
-    /// rename while locked gives it a sealed one.
-    struct Drop {
-        var backing: String
-        let node: Node
-        /// A file's own key, made while locked; nil for a directory, or a file from before
-        /// the lock (it can be renamed and removed, not opened anew: one open at the lock
-        /// has its key with its node alone, so that the key goes at its last close).
-        let cipher: ContentCipher?
-        let isDirectory: Bool
-        /// Made, or renamed, while locked: its backing name is sealed (listed while
-        /// locked, converted at the unlock).
-        var isSealed: Bool { DropName.isDrop(backing) }
-    }
-
-    /// A directory reachable while locked.
-    struct Directory {
-        let node: Node
-        /// New entries may be made in it (it is unless-open), not only passed through.
-        var takesDrops: Bool
-        /// Its IV, which the sealed name of a drop made in it is bound to (format 7): read
-        /// at the lock, or chosen when it was made while locked.
-        var iv: [UInt8]?
-        /// Names kept from before the lock, leading to directories that take drops.
-        var passages: [[UInt8]: Node] = [:]
-        /// Entries made since the lock, by name.
-        var drops: [[UInt8]: Drop] = [:]
-        /// The names it held at the lock (takesDrops), as digests under the state's
-        /// `digest`: a name from before the lock is never given a second file.
-        var existing: Set<[UInt8]> = []
-    }
-
-    struct State {
-        /// From the lock's decision to the unlock's conversion.
-        var active = false
-        /// The drop key's public half, known from the first unlock of the mount on.
-        var publicKey: [UInt8]?
-        var directories: [Key: Directory] = [:]
-        /// The key of the name digests of this lock (made at the lock, wiped at the unlock).
-        var digest: KeyedDigest?
-
-        /// Whether `name` stood in `dir` at the lock and was not removed since.
-        func existed(_ name: [UInt8], in dir: Directory) -> Bool {
-            digest.map { dir.existing.contains($0(name)) } ?? false
-        }
-    }
-
-    /// Lock order: taken after PlainFileSystem's lockDecision, before NodeTable.table and
-    /// Node.state (a leaf otherwise).
-    let state = Mutex(State())
-}
-
 extension PlainFileSystem {
     // MARK: At the lock and the unlock
 
-    /// At a lock (no operation running, the keys still there): the directories that take
-    /// drops, and the names that lead to them.
-    func prepareDrops(keys: Keys, unlessOpen: Set<LockedDrops.Key>) {
-        guard let publicKey = keys.set.drops?.publicKey else { return }
-        var directories: [LockedDrops.Key: LockedDrops.Directory] = [:]
+    /// At a lock (no operation running, the keys still there): the locked view — the
+    /// directories that take drops, and the names that lead to them — or nil if there is
+    /// none (no drop key, or no `unless-open` directory known to the kernel).
+    func lockedView(keys: Keys, unlessOpen: Set<LockedView.Key>) -> LockedView? {
+        guard let publicKey = keys.set.drops?.publicKey else { return nil }
+        struct Found {
+            let node: Node
+            var takesDrops = false
+            var passages: [[UInt8]: Node] = [:]
+        }
+        var found: [LockedView.Key: Found] = [:]
         let all = nodes.allNodes()
         for node in all where node.isDirectory && unlessOpen.contains(.init(node)) {
-            directories[.init(node), default: .init(node: node, takesDrops: true)].takesDrops = true
+            found[.init(node), default: .init(node: node)].takesDrops = true
             var child = node
             while let (parent, name) = child.entry, child !== nodes.root {
-                directories[.init(parent), default: .init(node: parent, takesDrops: false)].passages[name] = child
+                found[.init(parent), default: .init(node: parent)].passages[name] = child
                 child = parent
             }
+        }
+        guard !found.isEmpty else { return nil }
+        // The files the kernel knows in them, under short encrypted names still theirs.
+        var known: [LockedView.Key: [[UInt8]: LockedView.Drop]] = [:]
+        for node in all where node.isRegular {
+            guard let (parent, name) = node.entry, found[.init(parent)]?.takesDrops == true,
+                  case .short(let backing)? = try? backingName(name, in: parent, keys: keys),
+                  (try? Sys.stat(backing, in: parent.fd)).map({ UInt64($0.st_ino) }) == node.ino else { continue }
+            known[.init(parent), default: [:]][name] = .init(backing: backing, node: node, cipher: nil, isDirectory: false)
         }
         // Every name they hold, as keyed digests: a program that opens a file from before
         // the lock with O_CREAT (one the kernel has not looked up) gets EACCES, never a
         // second, empty file under the same name.
         let digest = KeyedDigest()
-        for (key, dir) in directories where dir.takesDrops {
-            directories[key]!.existing = existingNames(in: dir.node, keys: keys, digest: digest)
-            if bindsDrops { directories[key]!.iv = try? directoryIV(dir.node, keys: keys) }
+        var directories: [LockedView.Key: LockedView.Directory] = [:]
+        for (key, dir) in found {
+            var names = LockedView.Names()
+            var iv: [UInt8]?
+            if dir.takesDrops {
+                names.existing = existingNames(in: dir.node, keys: keys, digest: digest)
+                if bindsDrops { iv = try? directoryIV(dir.node, keys: keys) }
+            }
+            names.drops = known[key] ?? [:]
+            directories[key] = .init(node: dir.node, takesDrops: dir.takesDrops, iv: iv, passages: dir.passages, names: names)
         }
-        // The files the kernel knows in them, under short encrypted names still theirs.
-        for node in all where node.isRegular {
-            guard let (parent, name) = node.entry, directories[.init(parent)]?.takesDrops == true,
-                  case .short(let backing)? = try? backingName(name, in: parent, keys: keys),
-                  (try? Sys.stat(backing, in: parent.fd)).map({ UInt64($0.st_ino) }) == node.ino else { continue }
-            directories[.init(parent)]!.drops[name] = .init(backing: backing, node: node, cipher: nil, isDirectory: false)
-        }
-        drops.state.withLock { state in
-            state.publicKey = publicKey
-            state.directories = directories
-            state.digest = digest
-            state.active = !directories.isEmpty
-        }
+        return LockedView(publicKey: publicKey, digest: digest, directories: directories)
     }
 
     /// The digests of the plaintext names in directory `dir` (a name that does not decode
@@ -138,31 +86,23 @@ extension PlainFileSystem {
         return existing
     }
 
-    /// At an unlock, before the view opens: every drop of this lock becomes an ordinary
-    /// entry (`convert`), directories before what they hold.
-    /// `open` opens the view, still under the drop state's lock: an operation that waited
-    /// for the conversion finds the vault unlocked.
-    func convertDrops(keys: Keys, thenOpen open: () -> Void) {
-        drops.state.withLock { state in
-            defer {
-                state.digest?.wipe()
-                state = LockedDrops.State(publicKey: keys.set.drops?.publicKey)
-                open()
-            }
-            guard state.active else { return }
-            // Directories made while locked are converted before what they hold.
-            let dropped = Set(state.directories.values.flatMap { $0.drops.values.filter(\.isDirectory).map { LockedDrops.Key($0.node) } })
-            var pending = state.directories.values.filter { $0.takesDrops && !dropped.contains(.init($0.node)) }.map(\.node)
-            while let dir = pending.popLast() {
-                guard let made = state.directories[.init(dir)]?.drops else { continue }
-                for (name, drop) in made where drop.isSealed {
-                    do {
-                        let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node)
-                        drop.node.setName(converted.name, parent: dir)
-                        if drop.isDirectory { pending.append(drop.node) }
-                    } catch {
-                        logger.error("unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \(error)")
-                    }
+    /// At an unlock, before the view opens and once no operation runs on the locked
+    /// view: every drop of the lock that ends becomes an ordinary entry (`convert`),
+    /// directories before what they hold.
+    func convertDrops(_ view: LockedView, keys: Keys) {
+        let directories = view.directories.withLock { $0 }
+        let made = directories.mapValues { dir in dir.names.withLock { $0.drops } }
+        // Directories made while locked are converted before what they hold.
+        let dropped = Set(made.values.flatMap { $0.values.filter(\.isDirectory).map { LockedView.Key($0.node) } })
+        var pending = directories.values.filter { $0.takesDrops && !dropped.contains(.init($0.node)) }.map(\.node)
+        while let dir = pending.popLast() {
+            for (name, drop) in made[.init(dir)] ?? [:] where drop.isSealed {
+                do {
+                    let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node)
+                    drop.node.setName(converted.name, parent: dir)
+                    if drop.isDirectory { pending.append(drop.node) }
+                } catch {
+                    logger.error("unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \(error)")
                 }
             }
         }
@@ -297,24 +237,22 @@ extension PlainFileSystem {
         return converted
     }
 
+
     // MARK: While locked
 
-    /// Runs `body` on the drop state if the mount is locked and takes drops; nil if it is
-    /// unlocked (the caller goes on as usual). A lock under way decides first.
-    func whileLocked<R>(_ body: (inout LockedDrops.State) throws -> R) throws -> R? {
+    /// Runs `body` on the locked view if the mount is locked and takes drops; nil if it
+    /// is unlocked (the caller goes on as usual). A lock or unlock under way ends first.
+    func whileLocked<R>(_ body: (LockedView) throws -> R) throws -> R? {
         guard !isUnlocked else { return nil }
-        lockDecision.withLock { _ in }
-        return try drops.state.withLock { state in
-            guard state.active, !isUnlocked else { return nil }
-            return try body(&state)
-        }
+        transition.waitUntilSettled()
+        guard let view = lockedGate.enter() else { return nil }
+        defer { lockedGate.leave() }
+        return try body(view)
     }
 
     /// The directory `id` while locked, or EACCES.
-    private func reachable(_ id: UInt64, in state: LockedDrops.State, takingDrops: Bool = false) throws -> LockedDrops.Directory {
-        guard let dir = state.directories[.init(nodes.node(id))], dir.takesDrops || !takingDrops else {
-            throw Errno(EACCES, "locked")
-        }
+    private func reachable(_ id: UInt64, in view: LockedView, takingDrops: Bool = false) throws -> LockedView.Directory {
+        guard let dir = view.directory(nodes.node(id)), dir.takesDrops || !takingDrops else { throw Errno(EACCES, "locked") }
         return dir
     }
 
@@ -332,27 +270,20 @@ extension PlainFileSystem {
     }
 
     func lockedLookup(parent: UInt64, name: [UInt8]) throws -> Entry? {
-        try whileLocked { state in
-            let dir = try reachable(parent, in: state)
+        try whileLocked { view in
+            let dir = try reachable(parent, in: view)
             if let node = dir.passages[name] { return try reenter(node, as: name, in: dir.node) }
-            if let drop = dir.drops[name] { return try reenter(drop.node, as: name, in: dir.node) }
-            throw Errno(dir.takesDrops && !state.existed(name, in: dir) ? ENOENT : EACCES, "locked")
+            let (drop, existed) = dir.names.withLock { ($0.drops[name], view.existed(name, in: $0)) }
+            if let drop { return try reenter(drop.node, as: name, in: dir.node) }
+            throw Errno(dir.takesDrops && !existed ? ENOENT : EACCES, "locked")
         }
-    }
-
-    /// The drop of `node` in the state, if it is one.
-    private func drop(of node: Node, in state: LockedDrops.State) -> LockedDrops.Drop? {
-        for dir in state.directories.values {
-            if let found = dir.drops.values.first(where: { $0.node.dev == node.dev && $0.node.ino == node.ino }) { return found }
-        }
-        return nil
     }
 
     /// Whether `node` may be stat'ed while locked: a directory on the way, or a drop.
     func lockedAttributes(_ id: UInt64) throws -> stat? {
-        try whileLocked { state in
+        try whileLocked { view in
             let node = nodes.node(id)
-            guard state.directories[.init(node)] != nil || drop(of: node, in: state) != nil else { throw Errno(EACCES, "locked") }
+            guard view.directory(node) != nil || view.drop(of: node) != nil else { throw Errno(EACCES, "locked") }
             return plain(try Sys.stat(node.fd), of: node.fd)
         }
     }
@@ -365,9 +296,9 @@ extension PlainFileSystem {
     }
 
     /// The cipher of dropped file `id` while locked (a directory: nil), or EACCES.
-    func lockedDrop(_ id: UInt64) throws -> LockedDrops.Drop? {
-        try whileLocked { state in
-            guard let found = drop(of: nodes.node(id), in: state) else { throw Errno(EACCES, "locked") }
+    func lockedDrop(_ id: UInt64) throws -> LockedView.Drop? {
+        try whileLocked { view in
+            guard let found = view.drop(of: nodes.node(id)) else { throw Errno(EACCES, "locked") }
             return found
         }
     }
@@ -375,15 +306,14 @@ extension PlainFileSystem {
     /// The sealed name of drop `name` in `dir`, whose own ID (a file's file ID, a
     /// directory's IV) is `id`: from format 7 bound to both (ENAMETOOLONG past
     /// DropName.maxNameLength).
-    private func dropName(_ name: [UInt8], _ state: LockedDrops.State, in dir: LockedDrops.Directory, id: [UInt8]) throws -> String {
-        guard let publicKey = state.publicKey else { throw Errno(EACCES, "locked") }
+    private func dropName(_ name: [UInt8], _ view: LockedView, in dir: LockedView.Directory, id: [UInt8]) throws -> String {
         var binding: [UInt8]?
         if bindsDrops {
             guard let iv = dir.iv else { throw Errno(EACCES, "locked: the IV of this directory could not be read at the lock") }
             binding = DropName.binding(dirIV: iv, id: id)
         }
         do {
-            return try DropName.encode(name, binding: binding, to: publicKey)
+            return try DropName.encode(name, binding: binding, to: view.publicKey)
         } catch VaultError.nameTooLong {
             throw Errno(ENAMETOOLONG, "a name made while locked has at most \(DropName.maxNameLength(bound: bindsDrops)) bytes")
         }
@@ -391,9 +321,9 @@ extension PlainFileSystem {
 
     /// The ID drop `drop` is bound by (format 7): a directory's IV, a file's file ID (of a
     /// file from before the lock, read from its header).
-    private func dropID(_ drop: LockedDrops.Drop, in state: LockedDrops.State) throws -> [UInt8] {
+    private func dropID(_ drop: LockedView.Drop, in view: LockedView) throws -> [UInt8] {
         if drop.isDirectory {
-            guard let iv = state.directories[.init(drop.node)]?.iv else { throw Errno(EACCES, "locked") }
+            guard let iv = view.directory(drop.node)?.iv else { throw Errno(EACCES, "locked") }
             return iv
         }
         if let id = drop.cipher?.onlyFile { return id.bytes }
@@ -405,23 +335,45 @@ extension PlainFileSystem {
         return Array(header[2...])
     }
 
+    /// The drop already named `name` in `dir` (nil: none), after the checks that no
+    /// entry from before the lock has that name. Throws EEXIST if one has and `exclusive`.
+    private func dropToMake(_ name: [UInt8], in dir: LockedView.Directory, view: LockedView, exclusive: Bool) throws -> LockedView.Drop? {
+        let (existing, existed) = dir.names.withLock { ($0.drops[name], view.existed(name, in: $0)) }
+        if let existing {
+            guard !exclusive else { throw Errno(EEXIST, "create") }
+            return existing
+        }
+        guard dir.passages[name] == nil else { throw Errno(EEXIST, "create") }
+        // A file from before the lock, not known to the kernel: its key is gone, and a new
+        // file under its name would split the program's data in two.
+        guard !existed else { throw Errno(exclusive ? EEXIST : EACCES, "locked") }
+        return nil
+    }
+
+    /// Enters `drop` under `name` in `dir`, made under its sealed name with no lock held:
+    /// the drop that another operation entered under that name meanwhile, if one did
+    /// (then `drop` is for the caller to undo).
+    private func enterDrop(_ drop: LockedView.Drop, as name: [UInt8], in dir: LockedView.Directory) -> LockedView.Drop? {
+        dir.names.withLock { names in
+            if let other = names.drops[name] { return other }
+            names.drops[name] = drop
+            return nil
+        }
+    }
+
     func lockedCreate(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64)? {
-        try whileLocked { state in
-            var dir = try reachable(parent, in: state, takingDrops: true)
-            if let existing = dir.drops[name] {
-                guard flags & O_EXCL == 0 else { throw Errno(EEXIST, "create") }
-                let entry = try reenter(existing.node, as: name, in: dir.node)
-                return (entry, try openDrop(existing, flags: flags))
+        try whileLocked { view in
+            let dir = try reachable(parent, in: view, takingDrops: true)
+            if let existing = try dropToMake(name, in: dir, view: view, exclusive: flags & O_EXCL != 0) {
+                return (try reenter(existing.node, as: name, in: dir.node), try openDrop(existing, flags: flags))
             }
-            guard dir.passages[name] == nil else { throw Errno(EEXIST, "create") }
-            // A file from before the lock, not known to the kernel: its key is gone, and a new
-            // file under its name would split the program's data in two.
-            guard !state.existed(name, in: dir) else { throw Errno(flags & O_EXCL != 0 ? EEXIST : EACCES, "locked") }
+            // Made under its sealed name, which no one else knows yet, with no lock held;
+            // entered under its plaintext name after.
             let id = FileID.random()
-            let backing = try dropName(name, state, in: dir, id: id.bytes)
+            let backing = try dropName(name, view, in: dir, id: id.bytes)
             let key = SecureBytes.random(count: 32)
             let cipher = ContentCipher.sealedFile(key: key, algorithm: vault.config.contentAlgorithm, fileID: id)
-            try DropRecord.write(key: key, fileID: id, to: state.publicKey!, root: nodes.root.fd)
+            try DropRecord.write(key: key, fileID: id, to: view.publicKey, root: nodes.root.fd)
             let fd: FileDescriptor
             do {
                 fd = try FileDescriptor.open(backing, in: dir.node.fd, flags: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
@@ -429,20 +381,29 @@ extension PlainFileSystem {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
                 throw error
             }
+            func undo() {
+                try? Sys.unlink(backing, in: dir.node.fd)
+                DropRecord.remove(fileID: id, root: nodes.root.fd)
+            }
             do {
                 try ContentFile(fd: fd.rawValue, cipher: cipher, layout: layout).initialize(sealed: id) { _ in
                     [UInt8](repeating: 0, count: PlaceMAC.tagSize)
                 }
                 try own(backing, in: dir.node, fd: fd.rawValue, caller: caller, mode: mode)
             } catch {
-                try? Sys.unlink(backing, in: dir.node.fd)
-                DropRecord.remove(fileID: id, root: nodes.root.fd)
+                undo()
                 throw error
             }
             let entry = try enter(backing, in: dir.node, plainName: name)
-            let drop = LockedDrops.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher, isDirectory: false)
-            dir.drops[name] = drop
-            state.directories[.init(dir.node)] = dir
+            let drop = LockedView.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher, isDirectory: false)
+            if let other = enterDrop(drop, as: name, in: dir) {
+                // Another create of the same name came first: this one is undone, and
+                // the file opened is the other's.
+                undo()
+                forget(entry.node, count: 1)
+                guard flags & O_EXCL == 0 else { throw Errno(EEXIST, "create") }
+                return (try reenter(other.node, as: name, in: dir.node), try openDrop(other, flags: flags))
+            }
             let file = OpenFile(node: drop.node, fd: fd, writable: flags & O_ACCMODE != O_RDONLY, synchronous: flags & O_DSYNC != 0)
             drop.node.keep(cipher.copy())
             return (entry, file.issueHandle())
@@ -450,7 +411,7 @@ extension PlainFileSystem {
     }
 
     /// A new open file of dropped file `drop` (O_TRUNC empties it).
-    private func openDrop(_ drop: LockedDrops.Drop, flags: Int32) throws -> UInt64 {
+    private func openDrop(_ drop: LockedView.Drop, flags: Int32) throws -> UInt64 {
         guard !drop.isDirectory else { throw Errno(EISDIR, "open") }
         guard let cipher = drop.cipher else { throw Errno(EACCES, "locked") }
         let (backingFlags, writable) = Self.backingFlags(flags)
@@ -469,13 +430,13 @@ extension PlainFileSystem {
     }
 
     func lockedMkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry? {
-        try whileLocked { state in
-            var dir = try reachable(parent, in: state, takingDrops: true)
-            guard dir.drops[name] == nil, dir.passages[name] == nil, !state.existed(name, in: dir) else { throw Errno(EEXIST, "mkdir") }
+        try whileLocked { view in
+            let dir = try reachable(parent, in: view, takingDrops: true)
+            guard try dropToMake(name, in: dir, view: view, exclusive: true) == nil else { throw Errno(EEXIST, "mkdir") }
             // Format 7: its IV from the start (its tags zero until the conversion), so that
             // what is made in it is bound to it, whatever it is renamed to while locked.
             let iv: [UInt8]? = bindsDrops ? Sodium.randomArray(count: NameCipher.ivSize) : nil
-            let backing = try dropName(name, state, in: dir, id: iv ?? [])
+            let backing = try dropName(name, view, in: dir, id: iv ?? [])
             if let iv {
                 let temporary = DirectoryIV.temporaryName()
                 try Sys.mkdir(temporary, in: dir.node.fd, mode: mode & 0o7777)
@@ -490,42 +451,55 @@ extension PlainFileSystem {
             } else {
                 try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
             }
+            func undo() {
+                if bindsDrops {
+                    try? DirectoryIV.removeEmptyDirectory(backing, in: dir.node.fd)
+                } else {
+                    _ = try? Sys.unlink(backing, in: dir.node.fd, directory: true)
+                }
+            }
             do {
                 try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFDIR)
             } catch {
-                _ = try? Sys.unlink(backing, in: dir.node.fd, directory: true)
+                undo()
                 throw error
             }
             let entry = try enter(backing, in: dir.node, plainName: name)
             let node = nodes.node(entry.node)
-            dir.drops[name] = .init(backing: backing, node: node, cipher: nil, isDirectory: true)
-            state.directories[.init(dir.node)] = dir
-            state.directories[.init(node)] = .init(node: node, takesDrops: true, iv: iv)
+            view.directories.withLock { $0[.init(node)] = .init(node: node, takesDrops: true, iv: iv) }
+            if enterDrop(.init(backing: backing, node: node, cipher: nil, isDirectory: true), as: name, in: dir) != nil {
+                view.directories.withLock { $0[.init(node)] = nil }
+                undo()
+                forget(entry.node, count: 1)
+                throw Errno(EEXIST, "mkdir")
+            }
             return entry
         }
     }
 
     /// unlink and rmdir while locked: only of drops.
     func lockedRemove(parent: UInt64, name: [UInt8], directory: Bool) throws -> Bool? {
-        try whileLocked { state in
-            var dir = try reachable(parent, in: state, takingDrops: true)
-            guard let drop = dir.drops[name] else {
-                throw Errno(dir.passages[name] != nil || state.existed(name, in: dir) ? EACCES : ENOENT, "locked")
+        try whileLocked { view in
+            let dir = try reachable(parent, in: view, takingDrops: true)
+            let drop = try dir.names.withLock { names in
+                guard let drop = names.drops[name] else {
+                    throw Errno(dir.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
+                }
+                guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
+                if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
+                if directory && bindsDrops {
+                    try DirectoryIV.removeEmptyDirectory(drop.backing, in: dir.node.fd)  // with its IV file (format 7)
+                } else {
+                    try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
+                }
+                names.drops[name] = nil
+                names.existing.remove(view.digest(name))  // gone: the name is free
+                return drop
             }
-            guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
-            if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
-            if directory && bindsDrops {
-                try DirectoryIV.removeEmptyDirectory(drop.backing, in: dir.node.fd)  // with its IV file (format 7)
-            } else {
-                try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
-            }
+            if directory { view.directories.withLock { $0[.init(drop.node)] = nil } }
             if drop.isSealed, let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
-            dir.drops[name] = nil
-            if let digest = state.digest { dir.existing.remove(digest(name)) }  // gone: the name is free
-            state.directories[.init(dir.node)] = dir
-            if directory { state.directories[.init(drop.node)] = nil }
             return true
         }
     }
@@ -533,64 +507,72 @@ extension PlainFileSystem {
     /// rename while locked: a drop to a name of a directory that takes drops, over
     /// another drop or none (RENAME_EXCHANGE: EACCES).
     func lockedRename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws -> Bool? {
-        try whileLocked { state in
+        try whileLocked { view in
             guard flags & RENAME_EXCHANGE == 0 else { throw Errno(EACCES, "locked") }
-            var from = try reachable(parent, in: state, takingDrops: true)
-            guard let moving = from.drops[name] else {
-                throw Errno(from.passages[name] != nil || state.existed(name, in: from) ? EACCES : ENOENT, "locked")
-            }
-            let sameDirectory = from.node === nodes.node(newParent) || LockedDrops.Key(from.node) == LockedDrops.Key(nodes.node(newParent))
-            var to = sameDirectory ? from : try reachable(newParent, in: state, takingDrops: true)
+            let from = try reachable(parent, in: view, takingDrops: true)
+            let to = try reachable(newParent, in: view, takingDrops: true)
             guard to.passages[newName] == nil else { throw Errno(EACCES, "locked") }
-            if sameDirectory && name == newName { return true }
-            let replaced = to.drops[newName]
-            // Over a name from before the lock that the kernel does not know: refused, as its
-            // file's key is gone (with RENAME_NOREPLACE, it exists).
-            if replaced == nil && state.existed(newName, in: to) {
-                throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
+            let seen = try from.names.withLock { names in
+                guard let drop = names.drops[name] else {
+                    throw Errno(from.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
+                }
+                return drop
             }
-            if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
-            // A file from before the lock is replaced only with the keys (its encrypted name
-            // would then hold content bound to another place).
-            if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
-            if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
-            let target: String
-            if bindsDrops {
-                // Format 7: a name of its own, bound to the new directory and to the moving
-                // entry; the one it replaces goes after it (a crash between leaves both,
-                // the replaced one shown as "NAME (dropped …)" after the unlock, nothing lost).
-                target = try dropName(newName, state, in: to, id: dropID(moving, in: state))
-                if let replaced, replaced.isDirectory { try DirectoryIV.removeEmptyDirectory(replaced.backing, in: to.node.fd) }
-                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: RENAME_NOREPLACE)
-                if let replaced, !replaced.isDirectory { try Sys.unlink(replaced.backing, in: to.node.fd) }
-            } else {
-                target = try replaced?.backing ?? dropName(newName, state, in: to, id: [])
-                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+            if from === to && name == newName { return true }
+            // Format 7: a name of its own, bound to the new directory and to the moving
+            // entry (its ID read with no lock held).
+            let bound = bindsDrops ? try dropName(newName, view, in: to, id: dropID(seen, in: view)) : nil
+            let replaced = try LockedView.withNames(from, to) { pair -> LockedView.Drop? in
+                guard let moving = pair.from.drops[name], moving.node === seen.node else {
+                    throw Errno(ENOENT, "rename: the entry was renamed or removed meanwhile")
+                }
+                let replaced = pair.to.drops[newName]
+                // Over a name from before the lock that the kernel does not know: refused, as
+                // its file's key is gone (with RENAME_NOREPLACE, it exists).
+                if replaced == nil && view.existed(newName, in: pair.to) {
+                    throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
+                }
+                if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
+                // A file from before the lock is replaced only with the keys (its encrypted
+                // name would then hold content bound to another place).
+                if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
+                if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
+                let target: String
+                if let bound {
+                    // The entry it replaces goes after it (a crash between leaves both, the
+                    // replaced one shown as "NAME (dropped …)" after the unlock, nothing lost).
+                    target = bound
+                    if let replaced, replaced.isDirectory { try DirectoryIV.removeEmptyDirectory(replaced.backing, in: to.node.fd) }
+                    try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: RENAME_NOREPLACE)
+                    if let replaced, !replaced.isDirectory { try Sys.unlink(replaced.backing, in: to.node.fd) }
+                } else {
+                    target = try replaced?.backing ?? dropName(newName, view, in: to, id: [])
+                    try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+                }
+                var moved = moving
+                moved.backing = target
+                pair.from.drops[name] = nil
+                pair.from.existing.remove(view.digest(name))  // moved away: the name is free
+                pair.to.drops[newName] = moved
+                moving.node.setName(newName, parent: to.node)
+                return replaced
             }
+            if let replaced, replaced.isDirectory { view.directories.withLock { $0[.init(replaced.node)] = nil } }
             if let replaced, !replaced.isDirectory, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
                 DropRecord.remove(fileID: id, root: nodes.root.fd)
             }
-            if let replaced, replaced.isDirectory { state.directories[.init(replaced.node)] = nil }
-            var moved = moving
-            moved.backing = target
-            from.drops[name] = nil
-            if let digest = state.digest { from.existing.remove(digest(name)) }  // moved away: the name is free
-            if sameDirectory { to = from }
-            to.drops[newName] = moved
-            moving.node.setName(newName, parent: to.node)
-            state.directories[.init(from.node)] = sameDirectory ? to : from
-            state.directories[.init(to.node)] = to
             return true
         }
     }
 
     /// The listing of directory `node` while locked: what was made in it since the lock.
     func lockedListing(_ node: Node) throws -> [ListedEntry]? {
-        try whileLocked { state in
-            guard let dir = state.directories[.init(node)], dir.takesDrops else { throw Errno(EACCES, "locked") }
+        try whileLocked { view in
+            guard let dir = view.directory(node), dir.takesDrops else { throw Errno(EACCES, "locked") }
             var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
                            ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
-            for (name, drop) in dir.drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
+            let drops = dir.names.withLock { $0.drops }
+            for (name, drop) in drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
                 entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.isDirectory ? DT_DIR : DT_REG),
                                            backingName: drop.backing))
             }
@@ -600,8 +582,8 @@ extension PlainFileSystem {
 
     /// fsync of a directory while locked: one that takes drops.
     func lockedSyncDirectory(_ node: Node) throws -> Bool? {
-        try whileLocked { state in
-            guard state.directories[.init(node)]?.takesDrops == true else { throw Errno(EACCES, "locked") }
+        try whileLocked { view in
+            guard view.directory(node)?.takesDrops == true else { throw Errno(EACCES, "locked") }
             try AtomicFile.syncDirectory(node.fd)
             return true
         }

@@ -37,7 +37,7 @@ public final class PlainFileSystem: Sendable {
     }
 
     /// Who asked: new entries belong to them when `preserveOwner` is set.
-    public struct Caller {
+    public struct Caller: Sendable {
         public var uid: uid_t
         public var gid: gid_t
         public init(uid: uid_t, gid: gid_t) { self.uid = uid; self.gid = gid }
@@ -92,18 +92,20 @@ public final class PlainFileSystem: Sendable {
     /// before it on its line, never the other way round):
     ///
     ///     locking:  Gate.turn (a semaphore: one unlock or lock at a time, held while it
-    ///               waits; no Mutex is held then) → Gate.state → lockDecision (held
-    ///               while the lock drains the operations in flight: only operations
-    ///               already refused at the gate wait for it) → KeyGate.drained
-    ///               (only to find the semaphore to wait on or to signal);
-    ///               lockDecision → LockedDrops.state → NodeTable.table → Node.state,
-    ///               Node.opened; unlocking: LockedDrops.state (held while the files made
-    ///               while locked are converted and the view opens) → Node.state
+    ///               waits; no Mutex is held then) → Gate.state. Under no lock of this
+    ///               layer, a lock closes the gate and drains the operations in flight,
+    ///               reads what it keeps and opens the locked view; an unlock closes the
+    ///               locked view (draining the operations on it), converts the drops and
+    ///               opens the gate (`transition` marks both for the operations that must
+    ///               see how they end). KeyGate.drained is held only to find the
+    ///               semaphore to wait on or to signal, ViewTransition.waiting only to
+    ///               add a waiter or wake them.
     ///     workers:  Node.contentLock (R or W)
     ///               → UndoJournal.rewrites (R) → UndoJournal.state;
     ///               Node.contentLock → FileIDCache, VolatileBlocks;
-    ///               while locked: LockedDrops.state → NodeTable.table → Node.state,
-    ///               Node.opened (lockDecision is only waited for, never held then)
+    ///               while locked: LockedView.directories, or a directory's
+    ///               LockedView.names (two for a rename, in the order of their keys)
+    ///               → NodeTable.table → Node.state, Node.opened
     ///
     /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
     /// VolatileBlocks, DurableDirectories, UndoJournal.state, WriteBehindStarts.waiting.
@@ -112,11 +114,14 @@ public final class PlainFileSystem: Sendable {
     /// gate and then waits (up to `lockWaitBound`) for the count to drain, which is what
     /// excludes workers.
     private let gate = KeyGate<Keys>()
-    /// Held by a lock from closing the gate until the files that keep their keys have
-    /// them (`closeView`); an operation refused at the gate takes it to wait for that.
-    let lockDecision = Mutex(())
-    /// What a lock keeps for files made while locked (PlainFileSystem+Drops).
-    let drops = LockedDrops()
+    /// The locked view while locked and taking drops (PlainFileSystem+Drops), and the
+    /// count of operations running on it: opened by a lock once it has decided what it
+    /// keeps, closed by an unlock before it converts the drops.
+    let lockedGate = KeyGate<LockedView>()
+    /// Under way from a lock's closing of the gate until the files that keep their keys
+    /// have them and the locked view is open, and from an unlock's closing of the locked
+    /// view until the gate is open: an operation refused at a gate waits for it to end.
+    let transition = ViewTransition()
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
@@ -234,7 +239,15 @@ public final class PlainFileSystem: Sendable {
         master.wipe()
         lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
         let keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
-        convertDrops(keys: keys) { gate.open(keys)?.set.wipe() }
+        transition.begin()
+        let (view, stuck) = lockedGate.close(waitingAtMost: lockWaitBound)
+        if stuck > 0 { logger.warning("unlock: \(stuck) operation(s) on the locked view still running after \(lockWaitBound) s") }
+        if let view {
+            convertDrops(view, keys: keys)
+            view.digest.wipe()
+        }
+        gate.open(keys)?.set.wipe()
+        transition.end()
     }
 
     /// Locks in place, the whole sequence: (1) the kernel drops every cached inode while
@@ -270,16 +283,19 @@ public final class PlainFileSystem: Sendable {
     /// wipe (`retire`) waits for and after which it throws — the operation then fails
     /// instead of computing with a half-zeroed key (and never writes data or names
     /// sealed under zeros).
+    ///
+    /// What the lock keeps is decided after the drain, with no lock held: the classes
+    /// read, the open files of `unless-open` directories given their keys, the locked
+    /// view made. An operation refused at the gate meanwhile waits for that (`transition`).
     private func closeView() {
-        let (retiring, stuck) = lockDecision.withLock { _ in
-            let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
-            if let retiring {
-                let unlessOpen = unlessOpenDirectories(keys: retiring)
-                keepOpenFiles(keys: retiring, unlessOpen: unlessOpen)
-                prepareDrops(keys: retiring, unlessOpen: unlessOpen)
-            }
-            return (retiring, stuck)
+        transition.begin()
+        let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
+        if let retiring {
+            let unlessOpen = unlessOpenDirectories(keys: retiring)
+            keepOpenFiles(keys: retiring, unlessOpen: unlessOpen)
+            if let view = lockedView(keys: retiring, unlessOpen: unlessOpen) { _ = lockedGate.open(view) }
         }
+        transition.end()
         nodes.forgetNames()
         retiring?.set.wipe()
         // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot).
@@ -321,7 +337,8 @@ public final class PlainFileSystem: Sendable {
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
             return try lockedIfRetired { try body { contentCipher($0, of: node, keys: keys) } }
         }
-        guard let kept = lockDecision.withLock({ _ in node.keptKey }) else { throw Errno(EACCES, "locked") }
+        transition.waitUntilSettled()
+        guard let kept = node.keptKey else { throw Errno(EACCES, "locked") }
         return try lockedIfRetired { try body { _ in kept } }
     }
 
