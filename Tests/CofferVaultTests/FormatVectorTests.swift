@@ -303,6 +303,15 @@ final class FormatVectorTests: XCTestCase {
         let drops = try XCTUnwrap(keys.drops)
         XCTAssertEqual(Self.hex(drops.publicKey), documented["drop_public_key"])
         XCTAssertEqual(try DropName.decode(try XCTUnwrap(documented["drop_name_backing"]), keys: drops, bound: false).name, Array("hello.txt".utf8))
+        // Conversion (FoundDrop): a dropped directory's IV, and the name a drop takes
+        // when its own is taken, cut to fit 255 bytes — from the backing name alone.
+        let backing = try XCTUnwrap(documented["drop_name_backing"])
+        XCTAssertEqual(Self.hex(FoundDrop.directoryIV(backingName: backing)), documented["drop_directory_iv"])
+        let taken = DropName.alternative(Array("hello.txt".utf8), mark: FoundDrop.mark(backingName: backing))
+        XCTAssertEqual(String(decoding: taken, as: UTF8.self), documented["drop_taken_name"])
+        let long = DropName.alternative([UInt8](repeating: 0x4c, count: 250), mark: FoundDrop.mark(backingName: backing))
+        XCTAssertEqual(long.count, 255)
+        XCTAssertTrue(String(decoding: long, as: UTF8.self).hasSuffix(String(decoding: taken.suffix(19), as: UTF8.self)))
         let record = try XCTUnwrap(documented["drop_key_record"])
         let bytes = stride(from: 0, to: record.count, by: 2).map { UInt8(record[record.index(record.startIndex, offsetBy: $0)...].prefix(2), radix: 16)! }
         let opened = try drops.open(bytes, what: "record").withUnsafeBytes { Array($0) }

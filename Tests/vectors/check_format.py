@@ -617,6 +617,13 @@ def main() -> int:
         raw = box_seal_open(bytes.fromhex(hex_record), drop_public, drop_secret)
         return raw and (raw[0], raw[1:17], raw[17:])
     check("drop_key_record", repr(open_record(vectors["drop_key_record"])), repr((1, FILE_ID, seq(0x30, 0x4F))))
+    # Conversion: a dropped directory's IV, and the name a drop takes when its own is taken.
+    dropped = vectors["drop_name_backing"].encode()
+    check("drop_directory_iv", hashlib.blake2b(b"coffer.dropdir\x00" + dropped, digest_size=32).digest()[:16].hex())
+    taken_mark = hashlib.blake2b(dropped, digest_size=32).digest()[:4].hex()
+    check("drop_taken_name", "hello.txt (dropped %s)" % taken_mark)
+    long_suffix = " (dropped %s)" % taken_mark
+    check("roundtrip:drop_taken_name_fits", str(len(b"L" * (255 - len(long_suffix)) + long_suffix.encode())), "255")
     own_name = "coffer.drop." + b64url(box_seal(pkcs7_pad(b"hello.txt"), drop_public))
     check("roundtrip:drop_name_opens", repr(open_drop_name(own_name)), repr(b"hello.txt"))
     check("roundtrip:drop_name_length", str(len(own_name)), str(len("coffer.drop.") + (48 + 16) * 4 // 3 + 1))
