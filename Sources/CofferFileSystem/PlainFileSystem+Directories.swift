@@ -41,13 +41,12 @@ final class OpenDirectory {
 
 extension PlainFileSystem {
     public func opendir(_ id: UInt64) throws -> UInt64 {
-        if let listing = try lockedListing(nodes.node(id)) {
+        try inView(locked: { view in
             let directory = OpenDirectory(node: nodes.node(id))
-            directory.entries = listing
+            directory.entries = try lockedListing(view, nodes.node(id))
             directory.takenWhileLocked = true
             return directory.issueHandle()
-        }
-        return try withKeys { _ in OpenDirectory(node: nodes.node(id)).issueHandle() }
+        }) { _ in OpenDirectory(node: nodes.node(id)).issueHandle() }
     }
 
     /// Reads and decrypts the backing directory. A name that fails to decrypt is left
@@ -92,13 +91,13 @@ extension PlainFileSystem {
     /// as rewinddir(3) expects).
     public func readdir(_ handle: UInt64, from offset: Int) throws -> ArraySlice<ListedEntry> {
         let directory = OpenDirectory.borrow(handle)
-        if directory.takenWhileLocked, let listing = try lockedListing(directory.node) {
-            if offset == 0 { directory.entries = listing }
-            return directory.entries.dropFirst(offset)
-        }
         // A listing taken with the keys is served only with them; one taken while locked is
         // taken again once unlocked.
-        return try withKeys { keys in
+        return try inView(locked: { view in
+            guard directory.takenWhileLocked else { throw Errno(EACCES, "locked") }
+            if offset == 0 { directory.entries = try lockedListing(view, directory.node) }
+            return directory.entries.dropFirst(offset)
+        }) { keys in
             // Offset 0: the first READDIR, or one after a rewind, which must see what was
             // made since the opendir (rewinddir(3)).
             if offset == 0 || directory.takenWhileLocked {
@@ -111,8 +110,7 @@ extension PlainFileSystem {
 
     /// Enters a listed entry for readdirplus: no name is encrypted again.
     public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
-        if let found = try lockedLookup(parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) { return found }
-        return try withKeys { keys in
+        try inView(locked: { try lockedLookup($0, parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) }) { keys in
             let directory = OpenDirectory.borrow(handle)
             return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name), keys: keys)
         }
@@ -121,8 +119,7 @@ extension PlainFileSystem {
     public func releasedir(_ handle: UInt64) { OpenDirectory.release(handle) }
 
     public func fsyncdir(_ handle: UInt64) throws {
-        if try lockedSyncDirectory(OpenDirectory.borrow(handle).node) != nil { return }
-        try withKeys { _ in
+        try inView(locked: { try lockedSyncDirectory($0, OpenDirectory.borrow(handle).node) }) { _ in
             let node = OpenDirectory.borrow(handle).node
             try AtomicFile.syncDirectory(node.fd)
             try makeAncestorsDurable(node)

@@ -269,14 +269,12 @@ extension PlainFileSystem {
         return Entry(node: nodes.id(of: entered), attributes: plain(st, of: entered.fd), validFor: OtherWriters.shortCache)
     }
 
-    func lockedLookup(parent: UInt64, name: [UInt8]) throws -> Entry? {
-        try whileLocked { view in
-            let dir = try reachable(parent, in: view)
-            if let node = dir.passages[name] { return try reenter(node, as: name, in: dir.node) }
-            let (drop, existed) = dir.names.withLock { ($0.drops[name], view.existed(name, in: $0)) }
-            if let drop { return try reenter(drop.node, as: name, in: dir.node) }
-            throw Errno(dir.takesDrops && !existed ? ENOENT : EACCES, "locked")
-        }
+    func lockedLookup(_ view: LockedView, parent: UInt64, name: [UInt8]) throws -> Entry {
+        let dir = try reachable(parent, in: view)
+        if let node = dir.passages[name] { return try reenter(node, as: name, in: dir.node) }
+        let (drop, existed) = dir.names.withLock { ($0.drops[name], view.existed(name, in: $0)) }
+        if let drop { return try reenter(drop.node, as: name, in: dir.node) }
+        throw Errno(dir.takesDrops && !existed ? ENOENT : EACCES, "locked")
     }
 
     /// Whether `node` may be stat'ed while locked: a directory on the way, or a drop.
@@ -361,53 +359,51 @@ extension PlainFileSystem {
         }
     }
 
-    func lockedCreate(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64)? {
-        try whileLocked { view in
-            let dir = try reachable(parent, in: view, takingDrops: true)
-            if let existing = try dropToMake(name, in: dir, view: view, exclusive: flags & O_EXCL != 0) {
-                return (try reenter(existing.node, as: name, in: dir.node), try openDrop(existing, flags: flags))
-            }
-            // Made under its sealed name, which no one else knows yet, with no lock held;
-            // entered under its plaintext name after.
-            let id = FileID.random()
-            let backing = try dropName(name, view, in: dir, id: id.bytes)
-            let key = SecureBytes.random(count: 32)
-            let cipher = ContentCipher.sealedFile(key: key, algorithm: vault.config.contentAlgorithm, fileID: id)
-            try DropRecord.write(key: key, fileID: id, to: view.publicKey, root: nodes.root.fd)
-            let fd: FileDescriptor
-            do {
-                fd = try FileDescriptor.open(backing, in: dir.node.fd, flags: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
-            } catch {
-                DropRecord.remove(fileID: id, root: nodes.root.fd)
-                throw error
-            }
-            func undo() {
-                try? Sys.unlink(backing, in: dir.node.fd)
-                DropRecord.remove(fileID: id, root: nodes.root.fd)
-            }
-            do {
-                try ContentFile(fd: fd.rawValue, cipher: cipher, layout: layout).initialize(sealed: id) { _ in
-                    [UInt8](repeating: 0, count: PlaceMAC.tagSize)
-                }
-                try own(backing, in: dir.node, fd: fd.rawValue, caller: caller, mode: mode)
-            } catch {
-                undo()
-                throw error
-            }
-            let entry = try enter(backing, in: dir.node, plainName: name)
-            let drop = LockedView.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher, isDirectory: false)
-            if let other = enterDrop(drop, as: name, in: dir) {
-                // Another create of the same name came first: this one is undone, and
-                // the file opened is the other's.
-                undo()
-                forget(entry.node, count: 1)
-                guard flags & O_EXCL == 0 else { throw Errno(EEXIST, "create") }
-                return (try reenter(other.node, as: name, in: dir.node), try openDrop(other, flags: flags))
-            }
-            let file = OpenFile(node: drop.node, fd: fd, writable: flags & O_ACCMODE != O_RDONLY, synchronous: flags & O_DSYNC != 0)
-            drop.node.keep(cipher.copy())
-            return (entry, file.issueHandle())
+    func lockedCreate(_ view: LockedView, parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
+        let dir = try reachable(parent, in: view, takingDrops: true)
+        if let existing = try dropToMake(name, in: dir, view: view, exclusive: flags & O_EXCL != 0) {
+            return (try reenter(existing.node, as: name, in: dir.node), try openDrop(existing, flags: flags))
         }
+        // Made under its sealed name, which no one else knows yet, with no lock held;
+        // entered under its plaintext name after.
+        let id = FileID.random()
+        let backing = try dropName(name, view, in: dir, id: id.bytes)
+        let key = SecureBytes.random(count: 32)
+        let cipher = ContentCipher.sealedFile(key: key, algorithm: vault.config.contentAlgorithm, fileID: id)
+        try DropRecord.write(key: key, fileID: id, to: view.publicKey, root: nodes.root.fd)
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(backing, in: dir.node.fd, flags: O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, mode: mode & 0o7777)
+        } catch {
+            DropRecord.remove(fileID: id, root: nodes.root.fd)
+            throw error
+        }
+        func undo() {
+            try? Sys.unlink(backing, in: dir.node.fd)
+            DropRecord.remove(fileID: id, root: nodes.root.fd)
+        }
+        do {
+            try ContentFile(fd: fd.rawValue, cipher: cipher, layout: layout).initialize(sealed: id) { _ in
+                [UInt8](repeating: 0, count: PlaceMAC.tagSize)
+            }
+            try own(backing, in: dir.node, fd: fd.rawValue, caller: caller, mode: mode)
+        } catch {
+            undo()
+            throw error
+        }
+        let entry = try enter(backing, in: dir.node, plainName: name)
+        let drop = LockedView.Drop(backing: backing, node: nodes.node(entry.node), cipher: cipher, isDirectory: false)
+        if let other = enterDrop(drop, as: name, in: dir) {
+            // Another create of the same name came first: this one is undone, and
+            // the file opened is the other's.
+            undo()
+            forget(entry.node, count: 1)
+            guard flags & O_EXCL == 0 else { throw Errno(EEXIST, "create") }
+            return (try reenter(other.node, as: name, in: dir.node), try openDrop(other, flags: flags))
+        }
+        let file = OpenFile(node: drop.node, fd: fd, writable: flags & O_ACCMODE != O_RDONLY, synchronous: flags & O_DSYNC != 0)
+        drop.node.keep(cipher.copy())
+        return (entry, file.issueHandle())
     }
 
     /// A new open file of dropped file `drop` (O_TRUNC empties it).
@@ -424,168 +420,155 @@ extension PlainFileSystem {
         return file.issueHandle()
     }
 
-    func lockedOpen(_ id: UInt64, flags: Int32) throws -> UInt64? {
-        guard let found = try lockedDrop(id) else { return nil }
+    func lockedOpen(_ view: LockedView, _ id: UInt64, flags: Int32) throws -> UInt64 {
+        guard let found = view.drop(of: nodes.node(id)) else { throw Errno(EACCES, "locked") }
         return try openDrop(found, flags: flags)
     }
 
-    func lockedMkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry? {
-        try whileLocked { view in
-            let dir = try reachable(parent, in: view, takingDrops: true)
-            guard try dropToMake(name, in: dir, view: view, exclusive: true) == nil else { throw Errno(EEXIST, "mkdir") }
-            // Format 7: its IV from the start (its tags zero until the conversion), so that
-            // what is made in it is bound to it, whatever it is renamed to while locked.
-            let iv: [UInt8]? = bindsDrops ? Sodium.randomArray(count: NameCipher.ivSize) : nil
-            let backing = try dropName(name, view, in: dir, id: iv ?? [])
-            if let iv {
-                let temporary = DirectoryIV.temporaryName()
-                try Sys.mkdir(temporary, in: dir.node.fd, mode: mode & 0o7777)
-                do {
-                    let sub = try FileDescriptor.open(temporary, in: dir.node.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
-                    _ = try DirectoryIV.create(in: sub.rawValue, iv: iv) { _ in [UInt8](repeating: 0, count: PlaceMAC.tagSize) }
-                    try Sys.rename(temporary, in: dir.node.fd, to: backing, in: dir.node.fd, flags: RENAME_NOREPLACE)
-                } catch {
-                    try? DirectoryIV.removeEmptyDirectory(temporary, in: dir.node.fd)
-                    throw error
-                }
-            } else {
-                try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
-            }
-            func undo() {
-                if bindsDrops {
-                    try? DirectoryIV.removeEmptyDirectory(backing, in: dir.node.fd)
-                } else {
-                    _ = try? Sys.unlink(backing, in: dir.node.fd, directory: true)
-                }
-            }
+    func lockedMkdir(_ view: LockedView, parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
+        let dir = try reachable(parent, in: view, takingDrops: true)
+        guard try dropToMake(name, in: dir, view: view, exclusive: true) == nil else { throw Errno(EEXIST, "mkdir") }
+        // Format 7: its IV from the start (its tags zero until the conversion), so that
+        // what is made in it is bound to it, whatever it is renamed to while locked.
+        let iv: [UInt8]? = bindsDrops ? Sodium.randomArray(count: NameCipher.ivSize) : nil
+        let backing = try dropName(name, view, in: dir, id: iv ?? [])
+        if let iv {
+            let temporary = DirectoryIV.temporaryName()
+            try Sys.mkdir(temporary, in: dir.node.fd, mode: mode & 0o7777)
             do {
-                try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFDIR)
+                let sub = try FileDescriptor.open(temporary, in: dir.node.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
+                _ = try DirectoryIV.create(in: sub.rawValue, iv: iv) { _ in [UInt8](repeating: 0, count: PlaceMAC.tagSize) }
+                try Sys.rename(temporary, in: dir.node.fd, to: backing, in: dir.node.fd, flags: RENAME_NOREPLACE)
             } catch {
-                undo()
+                try? DirectoryIV.removeEmptyDirectory(temporary, in: dir.node.fd)
                 throw error
             }
-            let entry = try enter(backing, in: dir.node, plainName: name)
-            let node = nodes.node(entry.node)
-            view.directories.withLock { $0[.init(node)] = .init(node: node, takesDrops: true, iv: iv) }
-            if enterDrop(.init(backing: backing, node: node, cipher: nil, isDirectory: true), as: name, in: dir) != nil {
-                view.directories.withLock { $0[.init(node)] = nil }
-                undo()
-                forget(entry.node, count: 1)
-                throw Errno(EEXIST, "mkdir")
-            }
-            return entry
+        } else {
+            try Sys.mkdir(backing, in: dir.node.fd, mode: mode & 0o7777)
         }
+        func undo() {
+            if bindsDrops {
+                try? DirectoryIV.removeEmptyDirectory(backing, in: dir.node.fd)
+            } else {
+                _ = try? Sys.unlink(backing, in: dir.node.fd, directory: true)
+            }
+        }
+        do {
+            try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFDIR)
+        } catch {
+            undo()
+            throw error
+        }
+        let entry = try enter(backing, in: dir.node, plainName: name)
+        let node = nodes.node(entry.node)
+        view.directories.withLock { $0[.init(node)] = .init(node: node, takesDrops: true, iv: iv) }
+        if enterDrop(.init(backing: backing, node: node, cipher: nil, isDirectory: true), as: name, in: dir) != nil {
+            view.directories.withLock { $0[.init(node)] = nil }
+            undo()
+            forget(entry.node, count: 1)
+            throw Errno(EEXIST, "mkdir")
+        }
+        return entry
     }
 
     /// unlink and rmdir while locked: only of drops.
-    func lockedRemove(parent: UInt64, name: [UInt8], directory: Bool) throws -> Bool? {
-        try whileLocked { view in
-            let dir = try reachable(parent, in: view, takingDrops: true)
-            let drop = try dir.names.withLock { names in
-                guard let drop = names.drops[name] else {
-                    throw Errno(dir.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
-                }
-                guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
-                if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
-                if directory && bindsDrops {
-                    try DirectoryIV.removeEmptyDirectory(drop.backing, in: dir.node.fd)  // with its IV file (format 7)
-                } else {
-                    try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
-                }
-                names.drops[name] = nil
-                names.existing.remove(view.digest(name))  // gone: the name is free
-                return drop
+    func lockedRemove(_ view: LockedView, parent: UInt64, name: [UInt8], directory: Bool) throws {
+        let dir = try reachable(parent, in: view, takingDrops: true)
+        let drop = try dir.names.withLock { names in
+            guard let drop = names.drops[name] else {
+                throw Errno(dir.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
             }
-            if directory { view.directories.withLock { $0[.init(drop.node)] = nil } }
-            if drop.isSealed, let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
-                DropRecord.remove(fileID: id, root: nodes.root.fd)
+            guard drop.isDirectory == directory else { throw Errno(directory ? ENOTDIR : EISDIR, "remove") }
+            if !directory { drop.node.removedThroughMount.store(true, ordering: .releasing) }
+            if directory && bindsDrops {
+                try DirectoryIV.removeEmptyDirectory(drop.backing, in: dir.node.fd)  // with its IV file (format 7)
+            } else {
+                try Sys.unlink(drop.backing, in: dir.node.fd, directory: directory)
             }
-            return true
+            names.drops[name] = nil
+            names.existing.remove(view.digest(name))  // gone: the name is free
+            return drop
+        }
+        if directory { view.directories.withLock { $0[.init(drop.node)] = nil } }
+        if drop.isSealed, let id = drop.cipher?.onlyFile, (try? Sys.stat(drop.node.fd).st_nlink) == 0 {
+            DropRecord.remove(fileID: id, root: nodes.root.fd)
         }
     }
 
     /// rename while locked: a drop to a name of a directory that takes drops, over
     /// another drop or none (RENAME_EXCHANGE: EACCES).
-    func lockedRename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws -> Bool? {
-        try whileLocked { view in
-            guard flags & RENAME_EXCHANGE == 0 else { throw Errno(EACCES, "locked") }
-            let from = try reachable(parent, in: view, takingDrops: true)
-            let to = try reachable(newParent, in: view, takingDrops: true)
-            guard to.passages[newName] == nil else { throw Errno(EACCES, "locked") }
-            let seen = try from.names.withLock { names in
-                guard let drop = names.drops[name] else {
-                    throw Errno(from.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
-                }
-                return drop
+    func lockedRename(_ view: LockedView, parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        guard flags & RENAME_EXCHANGE == 0 else { throw Errno(EACCES, "locked") }
+        let from = try reachable(parent, in: view, takingDrops: true)
+        let to = try reachable(newParent, in: view, takingDrops: true)
+        guard to.passages[newName] == nil else { throw Errno(EACCES, "locked") }
+        let seen = try from.names.withLock { names in
+            guard let drop = names.drops[name] else {
+                throw Errno(from.passages[name] != nil || view.existed(name, in: names) ? EACCES : ENOENT, "locked")
             }
-            if from === to && name == newName { return true }
-            // Format 7: a name of its own, bound to the new directory and to the moving
-            // entry (its ID read with no lock held).
-            let bound = bindsDrops ? try dropName(newName, view, in: to, id: dropID(seen, in: view)) : nil
-            let replaced = try LockedView.withNames(from, to) { pair -> LockedView.Drop? in
-                guard let moving = pair.from.drops[name], moving.node === seen.node else {
-                    throw Errno(ENOENT, "rename: the entry was renamed or removed meanwhile")
-                }
-                let replaced = pair.to.drops[newName]
-                // Over a name from before the lock that the kernel does not know: refused, as
-                // its file's key is gone (with RENAME_NOREPLACE, it exists).
-                if replaced == nil && view.existed(newName, in: pair.to) {
-                    throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
-                }
-                if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
-                // A file from before the lock is replaced only with the keys (its encrypted
-                // name would then hold content bound to another place).
-                if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
-                if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
-                let target: String
-                if let bound {
-                    // The entry it replaces goes after it (a crash between leaves both, the
-                    // replaced one shown as "NAME (dropped …)" after the unlock, nothing lost).
-                    target = bound
-                    if let replaced, replaced.isDirectory { try DirectoryIV.removeEmptyDirectory(replaced.backing, in: to.node.fd) }
-                    try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: RENAME_NOREPLACE)
-                    if let replaced, !replaced.isDirectory { try Sys.unlink(replaced.backing, in: to.node.fd) }
-                } else {
-                    target = try replaced?.backing ?? dropName(newName, view, in: to, id: [])
-                    try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
-                }
-                var moved = moving
-                moved.backing = target
-                pair.from.drops[name] = nil
-                pair.from.existing.remove(view.digest(name))  // moved away: the name is free
-                pair.to.drops[newName] = moved
-                moving.node.setName(newName, parent: to.node)
-                return replaced
+            return drop
+        }
+        if from === to && name == newName { return }
+        // Format 7: a name of its own, bound to the new directory and to the moving
+        // entry (its ID read with no lock held).
+        let bound = bindsDrops ? try dropName(newName, view, in: to, id: dropID(seen, in: view)) : nil
+        let replaced = try LockedView.withNames(from, to) { pair -> LockedView.Drop? in
+            guard let moving = pair.from.drops[name], moving.node === seen.node else {
+                throw Errno(ENOENT, "rename: the entry was renamed or removed meanwhile")
             }
-            if let replaced, replaced.isDirectory { view.directories.withLock { $0[.init(replaced.node)] = nil } }
-            if let replaced, !replaced.isDirectory, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
-                DropRecord.remove(fileID: id, root: nodes.root.fd)
+            let replaced = pair.to.drops[newName]
+            // Over a name from before the lock that the kernel does not know: refused, as
+            // its file's key is gone (with RENAME_NOREPLACE, it exists).
+            if replaced == nil && view.existed(newName, in: pair.to) {
+                throw Errno(flags & RENAME_NOREPLACE != 0 ? EEXIST : EACCES, "locked")
             }
-            return true
+            if replaced != nil && flags & RENAME_NOREPLACE != 0 { throw Errno(EEXIST, "rename") }
+            // A file from before the lock is replaced only with the keys (its encrypted
+            // name would then hold content bound to another place).
+            if let replaced, !replaced.isSealed { throw Errno(EACCES, "locked") }
+            if let replaced, !replaced.isDirectory { replaced.node.removedThroughMount.store(true, ordering: .releasing) }
+            let target: String
+            if let bound {
+                // The entry it replaces goes after it (a crash between leaves both, the
+                // replaced one shown as "NAME (dropped …)" after the unlock, nothing lost).
+                target = bound
+                if let replaced, replaced.isDirectory { try DirectoryIV.removeEmptyDirectory(replaced.backing, in: to.node.fd) }
+                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: RENAME_NOREPLACE)
+                if let replaced, !replaced.isDirectory { try Sys.unlink(replaced.backing, in: to.node.fd) }
+            } else {
+                target = try replaced?.backing ?? dropName(newName, view, in: to, id: [])
+                try Sys.rename(moving.backing, in: from.node.fd, to: target, in: to.node.fd, flags: replaced == nil ? RENAME_NOREPLACE : 0)
+            }
+            var moved = moving
+            moved.backing = target
+            pair.from.drops[name] = nil
+            pair.from.existing.remove(view.digest(name))  // moved away: the name is free
+            pair.to.drops[newName] = moved
+            moving.node.setName(newName, parent: to.node)
+            return replaced
+        }
+        if let replaced, replaced.isDirectory { view.directories.withLock { $0[.init(replaced.node)] = nil } }
+        if let replaced, !replaced.isDirectory, let id = replaced.cipher?.onlyFile, (try? Sys.stat(replaced.node.fd).st_nlink) == 0 {
+            DropRecord.remove(fileID: id, root: nodes.root.fd)
         }
     }
 
     /// The listing of directory `node` while locked: what was made in it since the lock.
-    func lockedListing(_ node: Node) throws -> [ListedEntry]? {
-        try whileLocked { view in
-            guard let dir = view.directory(node), dir.takesDrops else { throw Errno(EACCES, "locked") }
-            var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
-                           ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
-            let drops = dir.names.withLock { $0.drops }
-            for (name, drop) in drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
-                entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.isDirectory ? DT_DIR : DT_REG),
-                                           backingName: drop.backing))
-            }
-            return entries
+    func lockedListing(_ view: LockedView, _ node: Node) throws -> [ListedEntry] {
+        guard let dir = view.directory(node), dir.takesDrops else { throw Errno(EACCES, "locked") }
+        var entries = [ListedEntry(name: [0x2e], ino: node.ino, type: UInt8(DT_DIR), backingName: "."),
+                       ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
+        let drops = dir.names.withLock { $0.drops }
+        for (name, drop) in drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
+            entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.isDirectory ? DT_DIR : DT_REG),
+                                       backingName: drop.backing))
         }
+        return entries
     }
 
     /// fsync of a directory while locked: one that takes drops.
-    func lockedSyncDirectory(_ node: Node) throws -> Bool? {
-        try whileLocked { view in
-            guard view.directory(node)?.takesDrops == true else { throw Errno(EACCES, "locked") }
-            try AtomicFile.syncDirectory(node.fd)
-            return true
-        }
+    func lockedSyncDirectory(_ view: LockedView, _ node: Node) throws {
+        guard view.directory(node)?.takesDrops == true else { throw Errno(EACCES, "locked") }
+        try AtomicFile.syncDirectory(node.fd)
     }
 }

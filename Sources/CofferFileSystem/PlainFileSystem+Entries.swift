@@ -77,8 +77,7 @@ extension PlainFileSystem {
     /// The directory is made and given its IV under a temporary name, then renamed into
     /// place: a crash never leaves a directory without its IV.
     public func mkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
-        if let entry = try lockedMkdir(parent: parent, name: name, mode: mode, caller: caller) { return entry }
-        return try withKeys { keys in
+        try inView(locked: { try lockedMkdir($0, parent: parent, name: name, mode: mode, caller: caller) }) { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
             let temp = Self.temporaryDirectoryName()
@@ -186,8 +185,7 @@ extension PlainFileSystem {
     }
 
     public func unlink(parent: UInt64, name: [UInt8]) throws {
-        if try lockedRemove(parent: parent, name: name, directory: false) != nil { return }
-        try withKeys { keys in
+        try inView(locked: { try lockedRemove($0, parent: parent, name: name, directory: false) }) { keys in
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
             let targetSidecar = st.flatMap { lastLinkTargetSidecar(backing.name, stat: $0, in: dir, keys: keys) }
@@ -241,8 +239,7 @@ extension PlainFileSystem {
     /// file (and orphan sidecars) and removed, so that a crash leaves at worst a hidden
     /// temporary directory, never a directory without its IV.
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
-        if try lockedRemove(parent: parent, name: name, directory: true) != nil { return }
-        try withKeys { keys in
+        try inView(locked: { try lockedRemove($0, parent: parent, name: name, directory: true) }) { keys in
             let dir = nodes.node(parent)
             let backing = try existingBackingName(name, in: dir, keys: keys)
             try replacingEmptyDirectory(backing.name, in: dir) {}
@@ -274,8 +271,7 @@ extension PlainFileSystem {
     /// left under a long name would have no sidecar to name it.
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         guard flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL, "rename flags") }
-        if try lockedRename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) != nil { return }
-        try withKeys { keys in
+        try inView(locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)

@@ -63,8 +63,7 @@ extension PlainFileSystem {
     }
 
     public func open(_ id: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
-        if let handle = try lockedOpen(id, flags: flags) { return handle }
-        return try withKeys { keys in
+        try inView(locked: { try lockedOpen($0, id, flags: flags) }) { keys in
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
@@ -88,8 +87,7 @@ extension PlainFileSystem {
     }
 
     public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
-        if let made = try lockedCreate(parent: parent, name: name, mode: mode, flags: flags, caller: caller) { return made }
-        return try withKeys { keys in
+        try inView(locked: { try lockedCreate($0, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }) { keys in
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)

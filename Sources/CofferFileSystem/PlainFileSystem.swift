@@ -326,6 +326,26 @@ public final class PlainFileSystem: Sendable {
         return try lockedIfRetired { try body(keys) }
     }
 
+    /// Runs an operation in the view the mount is in, entered once (its gate counts the
+    /// operation in until it returns): `unlocked` with the keys, `locked` with the locked
+    /// view while locked with directories that take new files; EACCES while locked
+    /// without one. A lock or unlock under way ends first.
+    func inView<R>(locked: (LockedView) throws -> R, unlocked: (Keys) throws -> R) throws -> R {
+        for attempt in 0..<2 {
+            if let keys = gate.enter() {
+                defer { gate.leave() }
+                lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+                return try lockedIfRetired { try unlocked(keys) }
+            }
+            if let view = lockedGate.enter() {
+                defer { lockedGate.leave() }
+                return try locked(view)
+            }
+            if attempt == 0 { transition.waitUntilSettled() }
+        }
+        throw Errno(EACCES, "locked")
+    }
+
     /// Runs `body` with the content cipher for `node`'s blocks, given a descriptor of the
     /// backing file: the vault's (or the file's sealed key's) while unlocked; while
     /// locked, the key the lock left the file (an `unless-open` file still open, or one
@@ -407,8 +427,7 @@ public final class PlainFileSystem: Sendable {
 
     /// Looks up `name` in directory `parent`: one name encryption, one openat, one fstat.
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
-        if let entry = try lockedLookup(parent: parent, name: name) { return entry }
-        return try withKeys { keys in
+        try inView(locked: { try lockedLookup($0, parent: parent, name: name) }) { keys in
             let dir = nodes.node(parent)
             do {
                 let backing = try backingName(name, in: dir, keys: keys)
