@@ -89,24 +89,29 @@ final class DurabilityTests: EndToEndCase {
             '\(Harness.coffer)' lock "$M" > /dev/null
             """), "lock")
         let writer = Harness.start(["python3", "-c", """
-            import os, sys
+            import os, sys, traceback
             md, ack = sys.argv[1] + '/Mail', sys.argv[2]
-            os.mkdir(md + '/new/sub')
-            i = 0
-            while True:
-                i += 1
-                where = 'new/sub' if i % 3 == 0 else 'new'
-                fd = os.open('%s/tmp/m%d' % (md, i), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
-                os.write(fd, ('message %d ' % i).encode() * (50 + i % 200)); os.fsync(fd); os.close(fd)
-                os.rename('%s/tmp/m%d' % (md, i), '%s/%s/m%d' % (md, where, i))
-                d = os.open('%s/%s' % (md, where), os.O_RDONLY); os.fsync(d); os.close(d)
-                with open(ack + '.tmp', 'w') as a: a.write(str(i))
-                os.rename(ack + '.tmp', ack)
+            try:
+                os.mkdir(md + '/new/sub')
+                i = 0
+                while True:
+                    i += 1
+                    where = 'new/sub' if i % 3 == 0 else 'new'
+                    fd = os.open('%s/tmp/m%d' % (md, i), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
+                    os.write(fd, ('message %d ' % i).encode() * (50 + i % 200)); os.fsync(fd); os.close(fd)
+                    os.rename('%s/tmp/m%d' % (md, i), '%s/%s/m%d' % (md, where, i))
+                    d = os.open('%s/%s' % (md, where), os.O_RDONLY); os.fsync(d); os.close(d)
+                    with open(ack + '.tmp', 'w') as a: a.write(str(i))
+                    os.rename(ack + '.tmp', ack)
+            except Exception:
+                open(ack + '.error', 'w').write(traceback.format_exc())
+                raise
             """, vault.mountpoint, acknowledged])
         defer { writer.terminate() }
         func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
         for _ in 0..<600 where count() < 30 { usleep(50_000) }  // up to 30 s
-        XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled")
+        XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled: "
+                                    + ((try? String(contentsOfFile: acknowledged + ".error", encoding: .utf8)) ?? "") + vault.log)
         var delivered = 0
         try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); delivered = count() }
         assertOK(python(vault, """
@@ -115,7 +120,7 @@ final class DurabilityTests: EndToEndCase {
                 data = open('Mail/%s/m%d' % (where, i), 'rb').read()
                 if data != ('message %d ' % i).encode() * (50 + i % 200):
                     raise SystemExit('m%d: %d bytes, not its content' % (i, len(data)))
-            """), "every acknowledged delivery reads back")
+            """), "every acknowledged delivery reads back; the daemon's log:\n" + vault.log)
         assertCleanFsck(vault)
     }
 
