@@ -240,16 +240,6 @@ extension PlainFileSystem {
 
     // MARK: While locked
 
-    /// Runs `body` on the locked view if the mount is locked and takes drops; nil if it
-    /// is unlocked (the caller goes on as usual). A lock or unlock under way ends first.
-    func whileLocked<R>(_ body: (LockedView) throws -> R) throws -> R? {
-        guard !isUnlocked else { return nil }
-        transition.waitUntilSettled()
-        guard let view = lockedGate.enter() else { return nil }
-        defer { lockedGate.leave() }
-        return try body(view)
-    }
-
     /// The directory `id` while locked, or EACCES.
     private func reachable(_ id: UInt64, in view: LockedView, takingDrops: Bool = false) throws -> LockedView.Directory {
         guard let dir = view.directory(nodes.node(id)), dir.takesDrops || !takingDrops else { throw Errno(EACCES, "locked") }
@@ -278,27 +268,8 @@ extension PlainFileSystem {
     }
 
     /// Whether `node` may be stat'ed while locked: a directory on the way, or a drop.
-    func lockedAttributes(_ id: UInt64) throws -> stat? {
-        try whileLocked { view in
-            let node = nodes.node(id)
-            guard view.directory(node) != nil || view.drop(of: node) != nil else { throw Errno(EACCES, "locked") }
-            return plain(try Sys.stat(node.fd), of: node.fd)
-        }
-    }
-
-    /// access(2) while locked: of a directory on the way, or a drop.
-    func lockedAccess(_ id: UInt64, mask: Int32) throws -> Bool? {
-        guard try lockedAttributes(id) != nil else { return nil }
-        try Sys.access(nodes.node(id).procPath, mask)
-        return true
-    }
-
-    /// The cipher of dropped file `id` while locked (a directory: nil), or EACCES.
-    func lockedDrop(_ id: UInt64) throws -> LockedView.Drop? {
-        try whileLocked { view in
-            guard let found = view.drop(of: nodes.node(id)) else { throw Errno(EACCES, "locked") }
-            return found
-        }
+    func isReachable(_ node: Node, in view: LockedView) -> Bool {
+        view.directory(node) != nil || view.drop(of: node) != nil
     }
 
     /// The sealed name of drop `name` in `dir`, whose own ID (a file's file ID, a

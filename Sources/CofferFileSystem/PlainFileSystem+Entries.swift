@@ -343,10 +343,13 @@ extension PlainFileSystem {
     /// an entry made while locked, are still changed while locked.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
         let node = nodes.node(id)
-        if let drop = (try? lockedDrop(id)) ?? nil, drop.isDirectory || drop.cipher != nil {
-            return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }
-        }
-        return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }
+        return try inView(locked: { view in
+            if let drop = view.drop(of: node), drop.isDirectory || drop.cipher != nil {
+                return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }
+            }
+            // The key a lock left the file, or EACCES.
+            return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }
+        }) { keys in try changeAttributes(node, changes, handle: handle) { contentCipher($0, of: node, keys: keys) } }
     }
 
     /// setattr of `node`, with `cipher` for the content (nil for a directory).

@@ -301,9 +301,10 @@ extension PlainFileSystem {
     /// access(2) on the backing inode, as the daemon's user.
     public func access(_ id: UInt64, mask: Int32) throws {
         // While locked, what stays reachable for files made while locked answers.
-        if try lockedAccess(id, mask: mask) != nil { return }
-        try withKeys { _ in
-            try Sys.access(nodes.node(id).procPath, mask)
-        }
+        let node = nodes.node(id)
+        try inView(locked: { view in
+            guard isReachable(node, in: view) else { throw Errno(EACCES, "locked") }
+            try Sys.access(node.procPath, mask)
+        }) { _ in try Sys.access(node.procPath, mask) }
     }
 }

@@ -403,11 +403,13 @@ public final class PlainFileSystem: Sendable {
     /// `df` and `stat` of the mount work.
     public func getattr(_ id: UInt64) throws -> stat {
         if id == NodeTable.rootID { return plain(try Sys.stat(nodes.root.fd), of: nodes.root.fd) }
-        if let st = (try? lockedAttributes(id)) ?? nil { return st }
-        return try withContentKey(nodes.node(id)) { _ in
-            let fd = nodes.node(id).fd
-            return plain(try Sys.stat(fd), of: fd)
-        }
+        let node = nodes.node(id)
+        // While locked: a directory on the way to files made while locked, such a file, or
+        // a file a lock left its key.
+        return try inView(locked: { view in
+            guard isReachable(node, in: view) || node.keptKey != nil else { throw Errno(EACCES, "locked") }
+            return plain(try Sys.stat(node.fd), of: node.fd)
+        }) { _ in plain(try Sys.stat(node.fd), of: node.fd) }
     }
 
     /// Free space of the backing file system, scaled to plaintext bytes. Works while locked.
