@@ -59,7 +59,10 @@ final class UringTransport: @unchecked Sendable {
     /// this process may make a ring; why not, otherwise.
     static func unavailableReason() -> String? {
         guard (try? KernelFiles.read("/sys/module/fuse/parameters/enable_uring"))?.first == UInt8(ascii: "Y") else {
-            return "this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring set to 1)"
+            return """
+                this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring \
+                set to 1)
+                """
         }
         let ring = clinux_uring_create(2)
         defer { clinux_uring_destroy(ring) }
@@ -176,7 +179,10 @@ final class UringTransport: @unchecked Sendable {
     /// from a thread of its own: the caller may be one of libfuse's workers (`start` runs
     /// inside the INIT reply), which the loop's end cancels.
     private func fail(_ queue: Queue, _ failure: RingFailure) {
-        logger.error("io_uring queue \(queue.index): \(failure.call) failed (\(Errno(failure.code).text)); this CPU's requests cannot be served any more, so the mount ends")
+        logger.error("""
+            io_uring queue \(queue.index): \(failure.call) failed (\(Errno(failure.code).text)); this CPU's requests cannot be served any more, so \
+            the mount ends
+            """)
         if !hasFailed.exchange(true, ordering: .acquiringAndReleasing) { DispatchQueue.global().async(execute: failed) }
     }
 
@@ -231,7 +237,10 @@ final class UringTransport: @unchecked Sendable {
                     // entries left (the kernel serves with those), and fails with none.
                     live -= 1
                     guard live > 0 else { throw RingFailure(call: "every entry's command (the last)", code: -result) }
-                    logger.warning("io_uring queue \(queue.index): the kernel ended entry \(entry.index)'s command (\(Errno(-result).text)); the queue goes on with \(live) entries")
+                    logger.warning("""
+                        io_uring queue \(queue.index): the kernel ended entry \(entry.index)'s command (\(Errno(-result).text)); the queue goes on \
+                        with \(live) entries
+                        """)
                 }
             }
         }

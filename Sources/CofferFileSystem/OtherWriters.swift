@@ -46,7 +46,11 @@ final class OtherWriters: Sendable {
         self.limit = limit
         guard enabled, limit > 0 else {
             events = nil
-            if enabled { logger.notice("other writers of CIPHERDIR: not watched (--watch-limit 0); names and attributes are cached for \(Self.shortCache) s only") }
+            if enabled {
+                logger.notice("""
+                    other writers of CIPHERDIR: not watched (--watch-limit 0); names and attributes are cached for \(Self.shortCache) s only
+                    """)
+            }
             return
         }
         do {
@@ -93,7 +97,9 @@ final class OtherWriters: Sendable {
 
     private func reportLimit(_ why: String) {
         guard !reportedLimit.exchange(true, ordering: .relaxed) else { return }
-        logger.warning("other writers of CIPHERDIR: a directory cannot be watched (\(why)); such directories are cached for \(Self.shortCache) s only")
+        logger.warning("""
+            other writers of CIPHERDIR: a directory cannot be watched (\(why)); such directories are cached for \(Self.shortCache) s only
+            """)
     }
 
     /// The directory of a watched key.
@@ -175,7 +181,9 @@ extension PlainFileSystem {
             // Made while locked on another machine: converted at the next lookup or
             // listing here, under its name, which the kernel may hold as absent.
             dir.dropsChecked.store(false, ordering: .releasing)
-            let name = try? withKeys(activity: false) { keys in try keys.set.drops.map { try DropName.decode(event.name, keys: $0, bound: bindsDrops).name } }
+            let name = try? withKeys(activity: false) { keys in
+                try keys.set.drops.map { try DropName.decode(event.name, keys: $0, bound: bindsDrops).name }
+            }
             if let name = name ?? nil { hooks.invalidate(name, in: dirID) }
             return
         }

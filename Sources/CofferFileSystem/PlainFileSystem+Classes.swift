@@ -75,7 +75,9 @@ extension PlainFileSystem {
                 // A file made while locked holds its own key already: the node gets a copy.
                 if node.keep(cipher.onlyFile != nil ? cipher.copy() : try cipher.fileCipher(for: id)) { kept += 1 }
             } catch {
-                logger.error("lock: \(node.plaintextPath) (backing inode \(node.ino)) could not keep its key: \(error); its open files are locked too")
+                logger.error("""
+                    lock: \(node.plaintextPath) (backing inode \(node.ino)) could not keep its key: \(error); its open files are locked too
+                    """)
             }
         }
         if kept > 0 { logger.info("lock: \(kept) open file(s) of unless-open directories keep their keys until closed") }

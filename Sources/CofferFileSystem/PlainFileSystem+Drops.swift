@@ -102,7 +102,10 @@ extension PlainFileSystem {
                     drop.node.setName(converted.name, parent: dir)
                     if drop.isDirectory { pending.append(drop.node) }
                 } catch {
-                    logger.error("unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \(error)")
+                    logger.error("""
+                        unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \
+                        \(error)
+                        """)
                 }
             }
         }

@@ -233,7 +233,10 @@ extension PlainFileSystem {
     /// `status`: the backing file's, if just read.
     func refuseIfRemovedByOthers(_ node: Node, status: stat? = nil) throws {
         guard try (status ?? Sys.stat(node.fd)).st_nlink == 0, !node.removedThroughMount.load(ordering: .acquiring) else { return }
-        logger.notice("write refused (ESTALE): \(node.plaintextPath) (backing inode \(node.ino)) was replaced or removed by another program after it was opened; it is to be opened again")
+        logger.notice("""
+            write refused (ESTALE): \(node.plaintextPath) (backing inode \(node.ino)) was replaced or removed by another program after it was \
+            opened; it is to be opened again
+            """)
         throw VaultError.replacedByOtherWriter
     }
 

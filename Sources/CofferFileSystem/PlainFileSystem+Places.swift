@@ -119,7 +119,10 @@ extension PlainFileSystem {
             // Kept beside it: if the arriving IV file replaces this one, what is made here
             // is still read under the copy (DirectoryIV.keptCopyName).
             try DirectoryIV.keepCopy(in: dir.fd)
-            logger.notice("gave a directory that another program is still filling (backing inode \(dir.ino)) an IV of its own, to make an entry in it; the IV it arrives with will be settled beside it")
+            logger.notice("""
+                gave a directory that another program is still filling (backing inode \(dir.ino)) an IV of its own, to make an entry in it; the IV \
+                it arrives with will be settled beside it
+                """)
             dir.forgetDirectoryIV()  // read (and checked) anew, with any conflict copy beside it
         } catch let error as Errno where error.code == EEXIST {
             return  // it has just arrived
@@ -134,7 +137,10 @@ extension PlainFileSystem {
         try dir.alternateIVs {
             try DirectoryIV.alternates(in: dir.fd, bound: bindsDirectories).filter { copy in
                 guard bindsDirectories, try fitsPlace(copy.record, of: dir, keys: keys) != true else { return true }
-                logger.error("damage: \(dir.plaintextPath) (backing inode \(dir.ino)): \(VaultError.directoryIVMisplaced(copy.name)); ignored, and the names encrypted under it are not shown")
+                logger.error("""
+                    damage: \(dir.plaintextPath) (backing inode \(dir.ino)): \(VaultError.directoryIVMisplaced(copy.name)); ignored, and the names \
+                    encrypted under it are not shown
+                    """)
                 return false
             }.map { DirectoryNames.Alternate(fileName: $0.name, iv: $0.record.iv) }
         }

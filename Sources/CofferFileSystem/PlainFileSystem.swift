@@ -218,7 +218,10 @@ public final class PlainFileSystem: Sendable {
         if UndoJournal.exists(in: root) {
             let legacy = try UndoJournal(directory: root)
             if legacy.hasPending {
-                logger.notice("undo journal: using the one an older coffer left in CIPHERDIR after a crash; after a clean unmount the journal moves to \(stateDirectory)")
+                logger.notice("""
+                    undo journal: using the one an older coffer left in CIPHERDIR after a crash; after a clean unmount the journal moves to \
+                    \(stateDirectory)
+                    """)
                 return legacy
             }
             try UndoJournal.remove(in: root)
@@ -481,10 +484,16 @@ public final class PlainFileSystem: Sendable {
             }
             guard !restored.isEmpty || cut != nil else { return entry }
             if !restored.isEmpty {
-                logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal")
+                logger.notice("""
+                    repaired: \(node.plaintextPath) (backing inode \(node.ino)): block\(restored.count == 1 ? "" : "s") \
+                    \(restored.map(String.init).joined(separator: ", ")) torn by a crash, put back from the undo journal
+                    """)
             }
             if let cut {
-                logger.notice("repaired: \(node.plaintextPath) (backing inode \(node.ino)): its last blocks, appended after its last fsync and torn by a crash, cut; \(cut) bytes kept")
+                logger.notice("""
+                    repaired: \(node.plaintextPath) (backing inode \(node.ino)): its last blocks, appended after its last fsync and torn by a \
+                    crash, cut; \(cut) bytes kept
+                    """)
             }
             attributesChanged(entry.node)
             return Entry(node: entry.node, attributes: plain(try Sys.stat(node.fd), of: node.fd), validFor: entry.validFor)
