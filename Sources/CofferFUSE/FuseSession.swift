@@ -7,10 +7,8 @@ import CofferSystem
 import Glibc
 import Synchronization
 
-/// Sendable, unchecked: `session` is set once in init and only read afterwards;
-/// `mounted`, the one mutable field, is atomic.
-public final class FuseSession: @unchecked Sendable {
-    public struct Options {
+public final class FuseSession: Sendable {
+    public struct Options: Sendable {
         /// Let users other than the mount owner in; the kernel then checks modes
         /// (default_permissions).
         public var allowOther = false
@@ -40,7 +38,9 @@ public final class FuseSession: @unchecked Sendable {
     public static func uringUnavailableReason() -> String? { UringTransport.unavailableReason() }
 
     private let options: Options
-    private let session: OpaquePointer?
+    /// Unchecked for Sendable (a C pointer): set once in init, only read afterwards, and
+    /// libfuse's session is made to be served from many threads.
+    nonisolated(unsafe) private let session: OpaquePointer?
     private let mounted = Atomic<Bool>(false)
     private let link: SessionLink
     /// The session's context, libfuse's user data: the file system, the I/O hooks, the rings.
