@@ -83,6 +83,8 @@ let package = Package(
             "CofferFUSE", "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", "TestSupport", logging,
         ]),
         .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
+        // The D-Bus layer without a bus: messages made on a connection nothing answers.
+        .testTarget(name: "CofferBusTests", dependencies: ["CofferBus", "CSystemd"]),
         // Drives the built `coffer` binary and real mounts with ordinary tools.
         // The TPM layer against swtpm (a software TPM on loopback, started by each test).
         .testTarget(name: "CofferTPMTests", dependencies: ["CofferTPM", "CofferCrypto", "TestSupport"]),

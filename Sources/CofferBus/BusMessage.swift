@@ -84,28 +84,37 @@ public final class BusMessage {
 
     // MARK: Reading
 
+    /// Reads one basic value of `type` into `value`; throws where there is none — past
+    /// the last argument, or at the end of an array (where sd-bus answers 0, not an error).
+    private func readBasic(_ type: Unicode.Scalar, into value: UnsafeMutableRawPointer) throws {
+        guard try check("read \(type)", sd_bus_message_read_basic(raw, Self.type(type), value)) > 0 else {
+            throw BusError("read \(type)", -ENXIO)
+        }
+    }
+
     /// Reads a string (`s`, or `o` with `objectPath`).
     public func readString(objectPath: Bool = false) throws -> String {
         var p: UnsafePointer<CChar>?
-        try check("read s", sd_bus_message_read_basic(raw, Self.type(objectPath ? "o" : "s"), &p))
-        return String(cString: p!)
+        try readBasic(objectPath ? "o" : "s", into: &p)
+        guard let p else { throw BusError("read s", -ENXIO) }
+        return String(cString: p)
     }
 
     public func readBool() throws -> Bool {
         var b: Int32 = 0
-        try check("read b", sd_bus_message_read_basic(raw, Self.type("b"), &b))
+        try readBasic("b", into: &b)
         return b != 0
     }
 
     public func readUInt32() throws -> UInt32 {
         var u: UInt32 = 0
-        try check("read u", sd_bus_message_read_basic(raw, Self.type("u"), &u))
+        try readBasic("u", into: &u)
         return u
     }
 
     public func readUInt64() throws -> UInt64 {
         var t: UInt64 = 0
-        try check("read t", sd_bus_message_read_basic(raw, Self.type("t"), &t))
+        try readBasic("t", into: &t)
         return t
     }
 

@@ -62,26 +62,14 @@ public final class MountObject: Sendable {
         try bus.requestName(name)
     }
 
-    /// Sends the signal of `change` (and, for a lock or an unlock, PropertiesChanged of
-    /// Locked), from the bus thread; never waits.
+    /// Sends the signals of `change` (`signals(for:)`), from the bus thread; never waits.
     public func announce(_ change: Change) {
         bus.perform { [self] in
             do {
-                switch change {
-                case .willLock(let reason, let grace, let deadline):
-                    let signal = try bus.signal(path, Self.interface, "WillLock")
-                    try signal.append(reason)
-                    try signal.append(grace)
-                    try signal.append(UInt64(max(0, deadline.timeIntervalSince1970) * 1_000_000))
-                    try bus.send(signal)
-                case .locked(let reason):
-                    let signal = try bus.signal(path, Self.interface, "Locked")
-                    try signal.append(reason)
-                    try bus.send(signal)
-                    try sendLockedChanged(true)
-                case .unlocked:
-                    try bus.send(try bus.signal(path, Self.interface, "Unlocked"))
-                    try sendLockedChanged(false)
+                for signal in Self.signals(for: change) {
+                    let message = try bus.signal(path, signal.interface, signal.member)
+                    try signal.fill(message)
+                    try bus.send(message)
                 }
             } catch {
                 bus.logger.warning("D-Bus: a signal could not be sent: \(error)")
@@ -89,49 +77,74 @@ public final class MountObject: Sendable {
         }
     }
 
-    private func sendLockedChanged(_ locked: Bool) throws {
-        let signal = try bus.signal(path, "org.freedesktop.DBus.Properties", "PropertiesChanged")
-        try signal.append(Self.interface)
-        try signal.open("a", "{sv}")
-        try appendEntry(signal, "Locked") { try $0.open("v", "b"); try $0.append(locked); try $0.close() }
-        try signal.close()
-        try signal.open("a", "s")
-        try signal.close()
-        try bus.send(signal)
+    /// A signal to send from the object: its interface and member, and what appends its
+    /// arguments.
+    struct Signal {
+        let interface: String
+        let member: String
+        let fill: (BusMessage) throws -> Void
+    }
+
+    /// The signals that say `change`, in the order they are sent: for a lock or an
+    /// unlock, its signal and then PropertiesChanged of Locked.
+    static func signals(for change: Change) -> [Signal] {
+        switch change {
+        case .willLock(let reason, let grace, let deadline):
+            return [Signal(interface: Self.interface, member: "WillLock") { signal in
+                try signal.append(reason)
+                try signal.append(grace)
+                try signal.append(Self.microseconds(deadline))
+            }]
+        case .locked(let reason):
+            return [Signal(interface: Self.interface, member: "Locked") { try $0.append(reason) }, lockedChanged(true)]
+        case .unlocked:
+            return [Signal(interface: Self.interface, member: "Unlocked") { _ in }, lockedChanged(false)]
+        }
+    }
+
+    /// `date` in microseconds since the epoch, as logind's timestamps (0 before it).
+    static func microseconds(_ date: Date) -> UInt64 {
+        UInt64(max(0, date.timeIntervalSince1970) * 1_000_000)
+    }
+
+    private static func lockedChanged(_ locked: Bool) -> Signal {
+        Signal(interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged") { signal in
+            try signal.append(Self.interface)
+            try signal.open("a", "{sv}")
+            try Self.appendEntry(signal, "Locked") { try $0.open("v", "b"); try $0.append(locked); try $0.close() }
+            try signal.close()
+            try signal.open("a", "s")
+            try signal.close()
+        }
     }
 
     // MARK: Method calls (on the bus thread)
 
+    /// What the object answers to a method call, decided from the call and the mount's
+    /// state alone (so a test needs no bus); `handle` carries it out.
+    enum Answer {
+        /// A reply, made and ready to send.
+        case reply(BusMessage)
+        /// A D-Bus error: its name and text.
+        case error(String, String)
+        /// `Lock(grace)`, once the caller is found to be the owner or root.
+        case lock(grace: Bool)
+        /// Not the object's to answer: sd-bus does (an unknown method).
+        case unknown
+    }
+
     private func handle(_ message: BusMessage) -> Int32 {
         do {
-            switch (message.interface, message.member) {
-            case ("org.freedesktop.DBus.Introspectable", "Introspect"):
-                let reply = try message.methodReturn()
-                try reply.append(Self.introspection)
+            switch try Self.answer(message, mountpoint: mountpoint, vault: vault, isLocked: control.isLocked) {
+            case .reply(let reply):
                 try bus.send(reply)
-            case ("org.freedesktop.DBus.Properties", "Get"):
-                let interface = try message.readString(), property = try message.readString()
-                guard interface == Self.interface, Self.properties.contains(property) else {
-                    return message.replyError("org.freedesktop.DBus.Error.UnknownProperty", "no property \(interface).\(property)")
-                }
-                let reply = try message.methodReturn()
-                try appendValue(reply, of: property)
-                try bus.send(reply)
-            case ("org.freedesktop.DBus.Properties", "GetAll"):
-                let interface = try message.readString()
-                let reply = try message.methodReturn()
-                try reply.open("a", "{sv}")
-                if interface == Self.interface {
-                    for property in Self.properties { try appendEntry(reply, property) { try appendValue($0, of: property) } }
-                }
-                try reply.close()
-                try bus.send(reply)
-            case ("org.freedesktop.DBus.Properties", "Set"):
-                return message.replyError("org.freedesktop.DBus.Error.PropertyReadOnly", "the properties of \(Self.interface) are read-only")
-            case (Self.interface, "Lock"):
-                let grace = try message.readBool()
+            case .error(let name, let text):
+                return message.replyError(name, text)
+            case .unknown:
+                return 0
+            case .lock(let grace):
                 let uid = try bus.senderUID(of: message)
-                guard uid == owner || uid == 0 else {
+                guard Self.mayLock(uid, owner: owner) else {
                     bus.logger.warning("D-Bus: Lock refused to uid \(uid) (the mount is uid \(owner)'s)")
                     return message.replyError("org.freedesktop.DBus.Error.AccessDenied", "only the mount's owner and root may lock it")
                 }
@@ -148,8 +161,6 @@ public final class MountObject: Sendable {
                         }
                     }
                 }
-            default:
-                return 0
             }
             return 1
         } catch {
@@ -157,12 +168,54 @@ public final class MountObject: Sendable {
         }
     }
 
-    private static let properties = ["Locked", "Mountpoint", "Vault"]
+    /// The answer to method call `message` to the object of a mount on `mountpoint`
+    /// of `vault`, locked as `isLocked` says; throws on arguments it cannot read.
+    static func answer(_ message: BusMessage, mountpoint: String, vault: String, isLocked: () -> Bool) throws -> Answer {
+        switch (message.interface, message.member) {
+        case ("org.freedesktop.DBus.Introspectable", "Introspect"):
+            let reply = try message.methodReturn()
+            try reply.append(Self.introspection)
+            return .reply(reply)
+        case ("org.freedesktop.DBus.Properties", "Get"):
+            let interface = try message.readString(), property = try message.readString()
+            guard interface == Self.interface, Self.properties.contains(property) else {
+                return .error("org.freedesktop.DBus.Error.UnknownProperty", "no property \(interface).\(property)")
+            }
+            let reply = try message.methodReturn()
+            try appendValue(reply, of: property, mountpoint: mountpoint, vault: vault, isLocked: isLocked)
+            return .reply(reply)
+        case ("org.freedesktop.DBus.Properties", "GetAll"):
+            let interface = try message.readString()
+            let reply = try message.methodReturn()
+            try reply.open("a", "{sv}")
+            if interface == Self.interface {
+                for property in Self.properties {
+                    try appendEntry(reply, property) { try appendValue($0, of: property, mountpoint: mountpoint, vault: vault, isLocked: isLocked) }
+                }
+            }
+            try reply.close()
+            return .reply(reply)
+        case ("org.freedesktop.DBus.Properties", "Set"):
+            return .error("org.freedesktop.DBus.Error.PropertyReadOnly", "the properties of \(Self.interface) are read-only")
+        case (Self.interface, "Lock"):
+            return .lock(grace: try message.readBool())
+        default:
+            return .unknown
+        }
+    }
 
-    private func appendValue(_ message: BusMessage, of property: String) throws {
+    /// Whether uid `uid` may call Lock on the mount of `owner`: the owner and root only.
+    static func mayLock(_ uid: uid_t, owner: uid_t) -> Bool {
+        uid == owner || uid == 0
+    }
+
+    static let properties = ["Locked", "Mountpoint", "Vault"]
+
+    private static func appendValue(_ message: BusMessage, of property: String, mountpoint: String, vault: String,
+                                    isLocked: () -> Bool) throws {
         switch property {
         case "Locked":
-            try message.open("v", "b"); try message.append(control.isLocked()); try message.close()
+            try message.open("v", "b"); try message.append(isLocked()); try message.close()
         case "Mountpoint":
             try message.open("v", "s"); try message.append(mountpoint); try message.close()
         default:
@@ -170,7 +223,7 @@ public final class MountObject: Sendable {
         }
     }
 
-    private func appendEntry(_ message: BusMessage, _ key: String, _ value: (BusMessage) throws -> Void) throws {
+    private static func appendEntry(_ message: BusMessage, _ key: String, _ value: (BusMessage) throws -> Void) throws {
         try message.open("e", "sv")
         try message.append(key)
         try value(message)

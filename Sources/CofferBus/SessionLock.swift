@@ -47,7 +47,7 @@ public final class SessionLock: Sendable {
         let sent = "type='signal',sender='\(Self.logind)'"
         if screen {
             // Also the check that logind is there at all.
-            _ = try sessions(of: try bus.call(try bus.methodCall(Self.logind, Self.managerPath, Self.manager, "ListSessions")))
+            _ = try Self.sessions(of: try bus.call(try bus.methodCall(Self.logind, Self.managerPath, Self.manager, "ListSessions")))
             try bus.addMatch("\(sent),interface='\(Self.session)',member='Lock'") { [self] message in
                 guard let path = message.path else { return }
                 lockIfOwners(path, why: "screen lock")
@@ -88,7 +88,7 @@ public final class SessionLock: Sendable {
         do {
             try bus.callAsync(try bus.methodCall(Self.logind, Self.managerPath, Self.manager, "ListSessions")) { [self] reply in
                 if let error = reply.error { return bus.logger.warning("session: \(why) of \(path) not followed: ListSessions: \(error)") }
-                guard let owned = try? sessions(of: reply).contains(where: { $0.path == path && $0.uid == owner }), owned else { return }
+                guard let owned = try? Self.sessions(of: reply).contains(where: { $0.path == path && $0.uid == owner }), owned else { return }
                 bus.logger.notice("session: \(why) (\(path)): locking")
                 let lock = self.lock
                 BackgroundThread.start("coffer-screen") { lock(.screen, nil) }
@@ -170,7 +170,7 @@ public final class SessionLock: Sendable {
     }
 
     /// The sessions of a ListSessions reply: a(susso) — id, uid, user, seat, object path.
-    private func sessions(of reply: BusMessage) throws -> [(uid: uid_t, path: String)] {
+    static func sessions(of reply: BusMessage) throws -> [(uid: uid_t, path: String)] {
         var found: [(uid: uid_t, path: String)] = []
         guard try reply.enter("a", "(susso)") else { return found }
         while try reply.enter("r", "susso") {
@@ -186,7 +186,7 @@ public final class SessionLock: Sendable {
     }
 
     /// Whether a session's PropertiesChanged sets LockedHint to true.
-    private static func lockedHintTurnsTrue(_ message: BusMessage) throws -> Bool {
+    static func lockedHintTurnsTrue(_ message: BusMessage) throws -> Bool {
         _ = try message.readString()
         guard try message.enter("a", "{sv}") else { return false }
         while try message.enter("e", "sv") {

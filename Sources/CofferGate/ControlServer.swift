@@ -293,10 +293,10 @@ public final class ControlServer: Sendable {
                 return reply(fd, .failure(ControlError.unknownOperation, "this daemon sends no events"))
             }
             reply(fd, .success("subscribed", status: gate.status()))
-            // The hub keeps its own descriptor of the connection (this one is closed when
-            // the request is done), close-on-exec as every descriptor of the daemon.
+            // The hub owns a descriptor of its own of the connection (this one is closed
+            // when the request is done), close-on-exec as every descriptor of the daemon.
             let kept = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            if kept >= 0 { events.add(kept, delays: request.delays == true) }
+            if kept >= 0 { events.add(FileDescriptor(owning: kept), delays: request.delays == true) }
         case .unlock:
             guard let kind = request.secret, let length = request.secretLength,
                   length > 0, length <= ControlProtocol.maxSecret else {

@@ -2,7 +2,8 @@
 // (docs/CONTROL.md, "Events"): each event is one frame, sent without waiting — a
 // subscriber that does not read is dropped once its socket's buffer is full, so none can
 // hold up the daemon or a lock — and one thread reads what subscribers send back (`done`
-// after a `will-lock`) and notices those that hang up.
+// after a `will-lock`) and notices those that hang up. Listeners in the process get the
+// typed `MountEvent`; only the frames carry its text.
 import CofferSystem
 import Foundation
 import Glibc
@@ -10,7 +11,10 @@ import Logging
 import Synchronization
 
 /// Sendable: the subscribers live in a Mutex (a leaf lock, held for no system call that
-/// can wait); only the reading thread closes a subscriber's descriptor.
+/// can wait). Each subscriber's descriptor is the hub's own, held by a `Connection` and
+/// closed only when the last reference to it goes: a send, a shutdown or a read the hub
+/// makes on a descriptor number always reaches the connection it was given, never one
+/// that took the number after it was closed.
 public final class EventHub: Sendable {
     /// Version of the event objects (their fields), independent of the request protocol.
     public static let version = 1
@@ -18,82 +22,101 @@ public final class EventHub: Sendable {
     /// events, set small so that one that never reads costs the daemon little.
     static let sendBuffer: Int32 = 64 << 10
 
+    /// A subscriber's connection. The table holds it, and so does each send, shutdown or
+    /// read in progress; its descriptor is closed when the last of them lets go.
+    private final class Connection: Sendable {
+        let descriptor: FileDescriptor
+        /// The descriptor number, valid as long as this connection is referenced.
+        var fd: Int32 { descriptor.rawValue }
+
+        init(_ descriptor: consuming FileDescriptor) {
+            self.descriptor = descriptor
+        }
+    }
+
     private struct Subscriber {
+        let connection: Connection
         /// It asked for time before an announced lock (`delays`), and has said `done`
         /// since the last `will-lock`.
         let delays: Bool
         var done = true
         /// A frame arriving in parts.
         var inbox: [UInt8] = []
-        /// Dropped by a send that did not fit: the reading thread closes it.
+        /// Dropped (a send that did not fit, the end of its stream, an oversized frame):
+        /// the reading thread takes it out of the table.
         var dropped = false
     }
 
     private struct Subscribers {
+        /// By their descriptor numbers, distinct while in the table (each is open).
         var byDescriptor: [Int32: Subscriber] = [:]
         var stopped = false
         /// In-process listeners (the D-Bus object, systemd's status line), in order.
-        var listeners: [@Sendable (Event) -> Void] = []
+        var listeners: [@Sendable (MountEvent) -> Void] = []
     }
 
     private let subscribers = Mutex(Subscribers())
-    /// Wakes the reading thread when a subscriber joins or the hub stops.
-    private let wakeRead: Int32, wakeWrite: Int32
+    /// Wakes the reading thread when a subscriber joins or is dropped, or the hub stops.
+    private let wakePipe: Sys.Pipe
     private let logger: Logger
 
     public init(logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) throws {
-        let pipe = try Sys.pipe()
-        wakeRead = pipe.read.release()
-        wakeWrite = pipe.write.release()
+        wakePipe = try Sys.pipe()
         self.logger = logger
         BackgroundThread.start("coffer-events") { [self] in readLoop() }
     }
 
-    /// Takes connection `fd` (whose subscribe request was answered) as a subscriber; the
-    /// hub owns it from now on. `delays`: it may ask for time before an announced lock.
-    public func add(_ fd: Int32, delays: Bool) {
+    /// Takes `connection` (whose subscribe request was answered) as a subscriber: the hub
+    /// owns it from now on and closes it. `delays`: it may ask for time before an
+    /// announced lock.
+    public func add(_ connection: consuming FileDescriptor, delays: Bool) {
         var size = Self.sendBuffer
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        setsockopt(connection.rawValue, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        let subscriber = Connection(connection)
         let added = subscribers.withLock { state -> Bool in
             guard !state.stopped else { return false }
-            state.byDescriptor[fd] = Subscriber(delays: delays)
+            state.byDescriptor[subscriber.fd] = Subscriber(connection: subscriber, delays: delays)
             return true
         }
-        guard added else {
-            close(fd)
-            return
-        }
-        wake()
+        // Once stopped it is refused: closed as `subscriber` goes.
+        if added { wake() }
     }
 
     /// Calls `listener` with every event published from now on, on the publishing thread
     /// and after the subscribers were sent it: it must not wait (hand the event on).
-    public func listen(_ listener: @escaping @Sendable (Event) -> Void) {
+    public func listen(_ listener: @escaping @Sendable (MountEvent) -> Void) {
         subscribers.withLock { $0.listeners.append(listener) }
     }
 
     /// The number of subscribers now (for status and tests).
     public var count: Int { subscribers.withLock { $0.byDescriptor.values.filter { !$0.dropped }.count } }
 
-    /// Sends `event` to every subscriber, without waiting for any. A `will-lock` also
-    /// starts a new wait for `done` from those that delay a lock.
-    public func publish(_ event: Event) {
-        let frame = Frames.encode(event)
-        let (targets, listeners) = subscribers.withLock { state in
-            if event.event == Event.Kind.willLock.rawValue {
+    /// Sends `event` to every subscriber, without waiting for any, then hands it to the
+    /// listeners. A `will-lock` also starts a new wait for `done` from those that delay a
+    /// lock.
+    public func publish(_ event: MountEvent) {
+        let frame = Frames.encode(Event(event))
+        let (targets, listeners) = subscribers.withLock { state -> ([Connection], [@Sendable (MountEvent) -> Void]) in
+            if case .willLock = event.change {
                 for fd in state.byDescriptor.keys { state.byDescriptor[fd]!.done = !state.byDescriptor[fd]!.delays }
             }
-            return (state.byDescriptor.filter { !$0.value.dropped }.map(\.key), state.listeners)
+            return (state.byDescriptor.values.filter { !$0.dropped }.map(\.connection), state.listeners)
         }
-        var full: [Int32] = []
-        for fd in targets where !frame.withUnsafeBytes({ Sys.sendWithoutWaiting(fd, $0) }) { full.append(fd) }
+        // `targets` and `full` keep these connections, and so their descriptors, open
+        // until this function is done with them, whatever the reading thread lets go of.
+        var full: [Connection] = []
+        for connection in targets where !frame.withUnsafeBytes({ Sys.sendWithoutWaiting(connection.fd, $0) }) {
+            full.append(connection)
+        }
         listeners.forEach { $0(event) }
         guard !full.isEmpty else { return }
         subscribers.withLock { state in
-            for fd in full { state.byDescriptor[fd]?.dropped = true }
+            for connection in full where state.byDescriptor[connection.fd]?.connection === connection {
+                state.byDescriptor[connection.fd]?.dropped = true
+            }
         }
-        // Its reader sees the end at once; the reading thread closes it.
-        for fd in full { shutdown(fd, Int32(SHUT_RDWR)) }
+        // Its reader sees the end at once; the reading thread lets go of it.
+        for connection in full { shutdown(connection.fd, Int32(SHUT_RDWR)) }
         logger.notice("events: \(full.count) subscriber\(full.count == 1 ? "" : "s") dropped: \(full.count == 1 ? "it does" : "they do") not read what is sent")
         wake()
     }
@@ -117,42 +140,33 @@ public final class EventHub: Sendable {
 
     private func wake() {
         var byte: UInt8 = 1
-        _ = Glibc.write(wakeWrite, &byte, 1)
+        _ = Glibc.write(wakePipe.write.rawValue, &byte, 1)
     }
 
-    /// Polls the subscribers and the wake pipe: reads `done` frames, closes those that
-    /// hung up or were dropped, and every one once the hub stops.
+    /// Polls the subscribers and the wake pipe: reads `done` frames, lets go of those that
+    /// hung up or were dropped, and of every one once the hub stops.
     private func readLoop() {
-        while true {
-            let (fds, stopped) = subscribers.withLock { state in
-                (state.byDescriptor.filter { !$0.value.dropped }.map(\.key), state.stopped)
-            }
-            closeDropped()
-            if stopped {
-                let all = subscribers.withLock { state -> [Int32] in
-                    defer { state.byDescriptor = [:] }
-                    return Array(state.byDescriptor.keys)
-                }
-                all.forEach { close($0) }
-                return
-            }
-            var polled = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-                + fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        while !letGoOfDropped() {
+            let connections = subscribers.withLock { $0.byDescriptor.values.filter { !$0.dropped }.map(\.connection) }
+            var polled = [pollfd(fd: wakePipe.read.rawValue, events: Int16(POLLIN), revents: 0)]
+                + connections.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             guard (try? Sys.poll(&polled, timeout: -1)) != nil else { continue }
             if polled[0].revents != 0 {
                 var drain = [UInt8](repeating: 0, count: 64)
-                _ = drain.withUnsafeMutableBytes { try? Sys.read(wakeRead, into: $0) }
+                _ = drain.withUnsafeMutableBytes { try? Sys.read(wakePipe.read.rawValue, into: $0) }
             }
-            for entry in polled.dropFirst() where entry.revents != 0 { receive(from: entry.fd) }
+            for (connection, entry) in zip(connections, polled.dropFirst()) where entry.revents != 0 {
+                receive(from: connection)
+            }
         }
     }
 
-    /// Reads what subscriber `fd` sent: `done` frames; the end of its stream drops it.
-    private func receive(from fd: Int32) {
+    /// Reads what `connection` sent: `done` frames; the end of its stream drops it.
+    private func receive(from connection: Connection) {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        let received = chunk.withUnsafeMutableBytes { (try? Sys.read(fd, into: $0)) ?? 0 }
+        let received = chunk.withUnsafeMutableBytes { (try? Sys.read(connection.fd, into: $0)) ?? 0 }
         subscribers.withLock { state in
-            guard var subscriber = state.byDescriptor[fd] else { return }
+            guard var subscriber = state.byDescriptor[connection.fd], subscriber.connection === connection else { return }
             if received <= 0 {
                 subscriber.dropped = true
             } else {
@@ -167,61 +181,23 @@ public final class EventHub: Sendable {
                 }
                 if subscriber.inbox.count > ControlProtocol.maxFrame + 4 { subscriber.dropped = true }
             }
-            state.byDescriptor[fd] = subscriber
+            state.byDescriptor[connection.fd] = subscriber
         }
     }
 
-    /// Closes the subscribers marked dropped.
-    private func closeDropped() {
-        let gone = subscribers.withLock { state -> [Int32] in
-            let gone = state.byDescriptor.filter { $0.value.dropped }.map(\.key)
-            gone.forEach { state.byDescriptor[$0] = nil }
-            return gone
+    /// Takes the dropped subscribers out of the table (every one once the hub stops) and
+    /// says whether it stopped. Their descriptors close as the last reference goes:
+    /// right after the lock is left, or after a send that still holds one.
+    private func letGoOfDropped() -> Bool {
+        let (_, stopped) = subscribers.withLock { state -> ([Connection], Bool) in
+            let ending = state.stopped
+            let gone = state.byDescriptor.values.filter { ending || $0.dropped }.map(\.connection)
+            for connection in gone { state.byDescriptor[connection.fd] = nil }
+            return (gone, ending)
         }
-        gone.forEach { close($0) }
+        return stopped
     }
 
     /// What a subscriber may send: `{"op": "done"}` after a will-lock.
     private struct Reply: Decodable { let op: String }
-}
-
-/// One event, as a subscriber receives it (docs/CONTROL.md, "Events").
-public struct Event: Codable, Equatable, Sendable {
-    public enum Kind: String, Sendable {
-        case willLock = "will-lock", locked, unlocked, unmounting, conflict, damage
-    }
-
-    /// Why a lock comes: a command (`coffer lock`, D-Bus Lock), the idle timer, a wipe,
-    /// the end of the daemon, the desktop's screen lock, or a suspend (`--lock-on`).
-    public enum Reason: String, Sendable {
-        case command, idle, wipe, unmount, screen, suspend
-    }
-
-    public var events = EventHub.version
-    /// The kind (`Kind`'s raw value).
-    public var event: String
-    /// ISO 8601, when it happened (for will-lock: when it was announced).
-    public var at: String
-    /// will-lock, locked: `Reason`'s raw value.
-    public var reason: String?
-    /// will-lock: when the lock comes at the latest (ISO 8601), and how many seconds
-    /// that is after `at`.
-    public var deadline: String?
-    public var graceSeconds: Double?
-    /// conflict, damage: the plaintext path in the mount (the owner's own names).
-    public var path: String?
-    /// damage: what is wrong.
-    public var what: String?
-
-    public init(_ kind: Kind, reason: Reason? = nil, grace: Double? = nil, path: String? = nil, what: String? = nil) {
-        let now = Date()
-        let formatter = ISO8601DateFormatter()
-        event = kind.rawValue
-        at = formatter.string(from: now)
-        self.reason = reason?.rawValue
-        deadline = grace.map { formatter.string(from: now.addingTimeInterval($0)) }
-        graceSeconds = grace
-        self.path = path
-        self.what = what
-    }
 }

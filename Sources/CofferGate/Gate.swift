@@ -91,7 +91,7 @@ public final class Gate: Sendable {
                 }
                 fs.unlock(master)
                 logger.notice("unlocked (uid \(peer), \(Self.described(kind, slot: slot)))")
-                events?.publish(Event(.unlocked))
+                events?.publish(MountEvent(.unlocked))
                 return state.withLock { state in
                     state.throttle.recordSuccess()
                     state.since = Date()
@@ -173,7 +173,7 @@ public final class Gate: Sendable {
         // Nothing to announce (or an unlock in progress, which the lock waits for): at once.
         guard grace > 0, fs.isUnlocked else { return lock(reason: reason, detail: detail) }
         let since = state.withLock { $0.since }
-        events?.publish(Event(.willLock, reason: reason, grace: grace))
+        events?.publish(MountEvent(.willLock(reason, grace: grace)))
         logger.notice("lock announced (\(reason.rawValue): \(detail)); it comes within \(Int(grace.rounded(.up))) s")
         events?.waitForDone(until: Sys.monotonicNow() + grace)
         inTurn {
@@ -198,11 +198,11 @@ public final class Gate: Sendable {
     private func lock(_ reason: Event.Reason, logged: String, ifIdleFor idle: Int64?, announce: Bool, kernelCaches: Bool) {
         guard fs.isUnlocked else { return }
         if let idle, fs.idleSeconds < idle { return }
-        if announce { events?.publish(Event(.willLock, reason: reason, grace: 0)) }
+        if announce { events?.publish(MountEvent(.willLock(reason, grace: 0))) }
         fs.lock(kernelCaches: kernelCaches)
         state.withLock { $0.since = Date() }
         logger.notice("locked (\(logged)); keys wiped")
-        events?.publish(Event(.locked, reason: reason))
+        events?.publish(MountEvent(.locked(reason)))
     }
 
     /// Locks for good: the daemon is ending, its session no longer serves the kernel
@@ -210,7 +210,7 @@ public final class Gate: Sendable {
     /// unlock that arrives afterwards (on a connection accepted before the control
     /// server stopped) is refused.
     public func shutDown() {
-        events?.publish(Event(.unmounting))
+        events?.publish(MountEvent(.unmounting))
         inTurn {
             state.withLock { $0.closed = true }
             lock(.unmount, logged: "unmounted", ifIdleFor: nil, announce: false, kernelCaches: false)

@@ -100,8 +100,8 @@ final class Daemon {
                                      hooks: .init(attributesChanged: link.attributesChanged, invalidateNode: link.invalidateNode,
                                                   invalidateEntry: link.invalidateEntry, noticed: { notice in
                                                       switch notice {
-                                                      case .damage(let path, let what): events?.publish(Event(.damage, path: path, what: what))
-                                                      case .conflictCopy(let path): events?.publish(Event(.conflict, path: path))
+                                                      case .damage(let path, let what): events?.publish(MountEvent(.damage(path: path, what: what)))
+                                                      case .conflictCopy(let path): events?.publish(MountEvent(.conflict(path: path)))
                                                       }
                                                   }),
                                      logger: logger)

@@ -104,17 +104,16 @@ final class DesktopSession {
 
         // Every listener hands the event on without waiting.
         events?.listen { [object] event in
-            switch Event.Kind(rawValue: event.event) {
-            case .willLock:
-                let deadline = event.deadline.flatMap { ISO8601DateFormatter().date(from: $0) } ?? Date()
-                object?.announce(.willLock(reason: event.reason ?? "", grace: event.graceSeconds ?? 0, deadline: deadline))
-            case .locked:
-                object?.announce(.locked(reason: event.reason ?? ""))
+            switch event.change {
+            case .willLock(let reason, let grace):
+                object?.announce(.willLock(reason: reason.rawValue, grace: grace, deadline: event.at.addingTimeInterval(grace)))
+            case .locked(let reason):
+                object?.announce(.locked(reason: reason.rawValue))
                 SystemdNotify.send("STATUS=\(Self.statusLine(mountpoint, locked: true))")
             case .unlocked:
                 object?.announce(.unlocked)
                 SystemdNotify.send("STATUS=\(Self.statusLine(mountpoint, locked: false))")
-            default:
+            case .unmounting, .conflict, .damage:
                 break
             }
         }
