@@ -12,6 +12,8 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
     case kdfFailed
     /// Input that cannot be decoded (bad base64, wrong length).
     case malformed(what: String)
+    /// A typed recovery key that is not 64 hex digits (with separators).
+    case malformedRecoveryKey
     /// The key was retired (the vault was locked) while an operation still held it.
     case keyRetired
 
@@ -23,6 +25,7 @@ public enum CryptoError: Error, Equatable, CustomStringConvertible {
         case .sealedAuthenticationFailed(let what): return "\(what) failed authentication"
         case .kdfFailed: return "the passphrase key derivation failed (out of memory?)"
         case .malformed(let what): return "malformed \(what)"
+        case .malformedRecoveryKey: return "malformed recovery key (expected 64 hex digits)"
         case .keyRetired: return "the key was wiped (the vault was locked)"
         }
     }

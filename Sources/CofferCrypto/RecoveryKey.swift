@@ -70,7 +70,7 @@ public enum RecoveryKey {
         }
         guard rc == 0, decoded == size else {
             key.wipe()
-            throw CryptoError.malformed(what: "recovery key (expected 64 hex digits)")
+            throw CryptoError.malformedRecoveryKey
         }
         return key
     }

@@ -108,10 +108,10 @@ public final class Gate: Sendable {
                 logger.warning("unlock refused: \(error) (uid \(peer), \(Self.described(kind, slot: slot)), failed attempt \(failures))")
                 let code = error == .wrongPassphrase ? ControlError.wrongPassphrase : ControlError.wrongRecoveryKey
                 return .failure(code, error.description, retryAfter: retryAfter)
-            } catch CryptoError.malformed(let what) where kind == .recoveryKey {
+            } catch CryptoError.malformedRecoveryKey {
                 let (failures, retryAfter) = recordFailure()
                 logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(failures))")
-                return .failure(ControlError.wrongRecoveryKey, "malformed \(what)", retryAfter: retryAfter)
+                return .failure(ControlError.wrongRecoveryKey, CryptoError.malformedRecoveryKey.description, retryAfter: retryAfter)
             } catch VaultError.notAVault {
                 state.withLock { $0.wiped = true }
                 return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")

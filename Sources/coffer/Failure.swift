@@ -53,10 +53,12 @@ func classify(_ error: Error) -> (ExitStatus, String) {
     case let error as KeyringError:
         return (error == .notFound ? .noKeyringSlot : .keyringUnavailable, "\(error)")
     case let error as CryptoError:
-        if case .malformed(let what) = error, what.hasPrefix("recovery key") {
-            return (.wrongRecoveryKey, error.description)
+        switch error {
+        case .malformedRecoveryKey: return (.wrongRecoveryKey, error.description)
+        case .blockAuthenticationFailed, .blockTooShort, .nameAuthenticationFailed, .sealedAuthenticationFailed, .kdfFailed, .malformed,
+             .keyRetired:
+            return (.failure, error.description)
         }
-        return (.failure, error.description)
     case let error as Errno:
         return (.failure, error.description)
     case let error as SocketPath.Failure:

@@ -94,7 +94,7 @@ final class KeyDerivationTests: XCTestCase {
         ]
         for text in refused {
             XCTAssertThrowsError(try RecoveryKey.parse(secret(text)), text.debugDescription) {
-                guard case CryptoError.malformed = $0 else { return XCTFail("\($0)") }
+                XCTAssertEqual($0 as? CryptoError, .malformedRecoveryKey)
             }
         }
     }
