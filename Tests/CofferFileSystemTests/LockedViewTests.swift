@@ -13,34 +13,7 @@ import Synchronization
 import TestSupport
 import XCTest
 
-final class LockedViewTests: XCTestCase {
-    var dir: TempDirectory!
-    var fs: PlainFileSystem!
-    var savedUmask: mode_t = 0
-    let root = NodeTable.rootID
-    let me = PlainFileSystem.Caller(uid: geteuid(), gid: getegid())
-
-    override func setUpWithError() throws {
-        dir = TempDirectory()
-        savedUmask = umask(0)
-        let (vault, recovery) = try Vault.create(at: dir.path, passphrase: secret("p"), kdf: .floor)
-        fs = try PlainFileSystem(vault: vault)
-        fs.unlock(try vault.unlock(recoveryKey: recovery))
-        self.recovery = recovery
-        self.vault = vault
-    }
-
-    var recovery: SecureBytes!
-    var vault: Vault!
-
-    override func tearDown() {
-        fs = nil
-        dir = nil
-        umask(savedUmask)
-    }
-
-    func name(_ text: String) -> [UInt8] { Array(text.utf8) }
-
+final class LockedViewTests: FileSystemTestCase {
     /// A directory of class unless-open under the root.
     func unlessOpenDirectory(_ text: String) throws -> UInt64 {
         let node = try fs.mkdir(parent: root, name: name(text), mode: 0o755, caller: me).node

@@ -11,30 +11,7 @@ import Synchronization
 import TestSupport
 import XCTest
 
-final class PlainFileSystemTests: XCTestCase {
-    var dir: TempDirectory!
-    var fs: PlainFileSystem!
-    var savedUmask: mode_t = 0
-    let root = NodeTable.rootID
-    let me = PlainFileSystem.Caller(uid: geteuid(), gid: getegid())
-
-    override func setUpWithError() throws {
-        dir = TempDirectory()
-        // The daemon runs with umask 0: each new entry gets exactly the mode asked for.
-        savedUmask = umask(0)
-        let (vault, recovery) = try Vault.create(at: dir.path, passphrase: secret("p"), kdf: .floor)
-        fs = try PlainFileSystem(vault: vault)
-        fs.unlock(try vault.unlock(recoveryKey: recovery))
-    }
-
-    override func tearDown() {
-        fs = nil
-        dir = nil
-        umask(savedUmask)
-    }
-
-    func name(_ text: String) -> [UInt8] { Array(text.utf8) }
-
+final class PlainFileSystemTests: FileSystemTestCase {
     /// Creates a file and closes the handle; the kernel would then hold one lookup.
     @discardableResult
     func makeFile(_ text: String, in parent: UInt64? = nil, contents: [UInt8] = [], mode: mode_t = 0o644) throws -> UInt64 {

@@ -28,8 +28,6 @@ final class KeyringTests: XCTestCase {
         dir = nil
     }
 
-    func bytes(_ key: SecureBytes) -> [UInt8] { key.withUnsafeBytes { Array($0) } }
-
     func testAnItemIsStoredFoundAndClearedAndAKeyringThatIsLockedOrGoneIsSaidSo() throws {
         let key = SecureBytes.random(count: 32)
         try Keyring.store(key, vault: "vault-A", slot: "slot-1", label: "a test item")

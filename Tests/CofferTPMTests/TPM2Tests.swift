@@ -20,8 +20,6 @@ final class TPM2Tests: XCTestCase {
         return tpm
     }
 
-    func bytes(_ key: SecureBytes) -> [UInt8] { key.withUnsafeBytes { Array($0) } }
-
     func testASealedKeyUnsealsOnlyWhileItsPCRsHold() throws {
         let software = try softwareTPM("tpm")
         let tpm = try TPM2(tcti: software.tcti)

@@ -25,18 +25,6 @@ class ContentFileTests: XCTestCase {
         return file
     }
 
-    func readAll(_ f: ContentFile) throws -> [UInt8] {
-        let size = Int(try f.plainSize())
-        var out = [UInt8](repeating: 0, count: size)
-        let n = try out.withUnsafeMutableBytes { try f.read(into: $0, at: 0) }
-        XCTAssertEqual(n, size)
-        return out
-    }
-
-    func write(_ f: ContentFile, _ bytes: [UInt8], at offset: Int64) throws {
-        try bytes.withUnsafeBytes { try f.write($0, at: offset) }
-    }
-
     func read(_ f: ContentFile, _ count: Int, at offset: Int64) throws -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         let n = try out.withUnsafeMutableBytes { try f.read(into: $0, at: offset) }

@@ -10,19 +10,13 @@ import Synchronization
 import TestSupport
 import XCTest
 
-final class SlotFileTests: XCTestCase {
+final class SlotFileTests: XCTestCase, VaultTestCase {
     var dir: TempDirectory!
     var outside: TempDirectory!
     let passphrase = "correct horse battery staple"
 
     override func setUp() { dir = TempDirectory(); outside = TempDirectory() }
     override func tearDown() { dir = nil; outside = nil }
-
-    func makeVault(in path: String? = nil) throws -> (Vault, SecureBytes) {
-        try Vault.create(at: path ?? dir.path, passphrase: secret(passphrase), kdf: .floor)
-    }
-
-    func contentKey(_ master: MasterKey) -> [UInt8] { master.subkey(.content).withUnsafeBytes { Array($0) } }
 
     var slotsPath: String { dir.path + "/" + SlotFile.directory }
 

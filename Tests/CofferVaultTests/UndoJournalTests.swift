@@ -17,16 +17,6 @@ final class UndoJournalTests: XCTestCase {
     override func setUp() { dir = TempDirectory() }
     override func tearDown() { dir = nil }
 
-    func write(_ f: ContentFile, _ bytes: [UInt8], at offset: Int64) throws {
-        try bytes.withUnsafeBytes { try f.write($0, at: offset) }
-    }
-
-    func readAll(_ f: ContentFile) throws -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: Int(try f.plainSize()))
-        _ = try out.withUnsafeMutableBytes { try f.read(into: $0, at: 0) }
-        return out
-    }
-
     var journalSize: Int { Int((try? Sys.stat("coffer.journal", in: dir.fd).st_size) ?? 0) }
 
     /// An fsynced 3880-byte file gets 1000 more bytes; the new slot reaches the disk but

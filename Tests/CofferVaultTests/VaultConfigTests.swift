@@ -6,19 +6,12 @@ import Foundation
 import TestSupport
 import XCTest
 
-final class VaultConfigTests: XCTestCase {
+final class VaultConfigTests: XCTestCase, VaultTestCase {
     var dir: TempDirectory!
     let passphrase = "correct horse battery staple"
 
     override func setUp() { dir = TempDirectory() }
     override func tearDown() { dir = nil }
-
-    func makeVault() throws -> (Vault, SecureBytes) {
-        let (vault, recovery) = try Vault.create(at: dir.path, passphrase: secret(passphrase), kdf: .floor)
-        return (vault, recovery)
-    }
-
-    func contentKey(_ master: MasterKey) -> [UInt8] { master.subkey(.content).withUnsafeBytes { Array($0) } }
 
     func editConfig(_ edit: (inout [String: Any]) -> Void) throws {
         let url = URL(fileURLWithPath: dir.path + "/" + VaultConfig.fileName)

@@ -61,6 +61,10 @@ final class DurabilityTests: EndToEndCase {
         try XCTSkipUnless(vault.isMounted, "no mount after recovery")
     }
 
+    /// The number a workload last wrote to `file` (its acknowledged operations); 0 before
+    /// its first.
+    func lastCount(in file: String) -> Int { Int((try? String(contentsOfFile: file, encoding: .utf8)) ?? "") ?? 0 }
+
     /// fsck finds no damage (leftovers of the crash are fine) and --repair leaves none.
     func assertCleanFsck(_ vault: MountedVault, file: StaticString = #filePath, line: UInt = #line) {
         vault.unmount()
@@ -108,12 +112,11 @@ final class DurabilityTests: EndToEndCase {
                 raise
             """, vault.mountpoint, acknowledged])
         defer { writer.terminate() }
-        func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
-        for _ in 0..<600 where count() < 30 { usleep(50_000) }  // up to 30 s
-        XCTAssertGreaterThanOrEqual(count(), 30, "deliveries while locked stalled: "
+        for _ in 0..<600 where lastCount(in: acknowledged) < 30 { usleep(50_000) }  // up to 30 s
+        XCTAssertGreaterThanOrEqual(lastCount(in: acknowledged), 30, "deliveries while locked stalled: "
                                     + ((try? String(contentsOfFile: acknowledged + ".error", encoding: .utf8)) ?? "") + vault.log)
         var delivered = 0
-        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); delivered = count() }
+        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); delivered = lastCount(in: acknowledged) }
         assertOK(python(vault, """
             for i in range(1, \(delivered) + 1):
                 where = 'new/sub' if i % 3 == 0 else 'new'
@@ -143,14 +146,13 @@ final class DurabilityTests: EndToEndCase {
                 time.sleep(0.005)
             """, vault.mountpoint, acknowledged])
         defer { writer.terminate() }
-        func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
-        for _ in 0..<300 where count() < 5 { usleep(100_000) }  // appends before the lock (up to 30 s)
+        for _ in 0..<300 where lastCount(in: acknowledged) < 5 { usleep(100_000) }  // appends before the lock (up to 30 s)
         assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
-        let atLock = count()
-        for _ in 0..<300 where count() <= atLock + 5 { usleep(100_000) }  // and while locked (up to 30 s)
-        XCTAssertGreaterThan(count(), atLock + 5, "the kept file took no appends while locked")
+        let atLock = lastCount(in: acknowledged)
+        for _ in 0..<300 where lastCount(in: acknowledged) <= atLock + 5 { usleep(100_000) }  // and while locked (up to 30 s)
+        XCTAssertGreaterThan(lastCount(in: acknowledged), atLock + 5, "the kept file took no appends while locked")
         var synced = 0
-        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); synced = count() }
+        try cutAndRecover(disk, vault) { writer.terminate(); writer.waitUntilExit(); synced = lastCount(in: acknowledged) }
         assertOK(python(vault, """
             n = \(synced)
             want = b''.join(random.Random(i).randbytes(700 + 97 * (i % 50)) for i in range(1, n + 1))
@@ -220,8 +222,7 @@ final class DurabilityTests: EndToEndCase {
             // Ended even if the test fails before it ends them.
             addTeardownBlock { for p in [writer, flusher] where p.isRunning { p.terminate(); p.waitUntilExit() } }
             // The window starts once the writer commits (up to 30 s: it starts slowly on a loaded machine).
-            func count() -> Int { Int((try? String(contentsOfFile: acknowledged, encoding: .utf8)) ?? "") ?? 0 }
-            for _ in 0..<300 where count() < 1 { usleep(100_000) }
+            for _ in 0..<300 where lastCount(in: acknowledged) < 1 { usleep(100_000) }
             usleep(1_500_000)
             disk.cut(vault)
             writer.terminate(); flusher.terminate()

@@ -13,10 +13,6 @@ final class GateTests: EndToEndCase {
         return vault
     }
 
-    func coffer(_ arguments: [String], input: String? = nil) -> Outcome {
-        Harness.run([Harness.coffer] + arguments, input: input)
-    }
-
     func testLifecycle() {
         let vault = lockedVault()
         let m = vault.mountpoint

@@ -163,6 +163,15 @@ class EndToEndCase: XCTestCase {
         return (dir, outcome)
     }
 
+    /// Runs the built `coffer` with `arguments` (Harness.run): `input` goes to its
+    /// standard input, and `environment`, if given, is laid over this process's.
+    func coffer(_ arguments: [String], input: String? = nil, environment: [String: String]? = nil,
+                timeout: TimeInterval = 120) -> Outcome {
+        Harness.run([Harness.coffer] + arguments, input: input,
+                    environment: environment.map { ProcessInfo.processInfo.environment.merging($0) { $1 } },
+                    timeout: timeout)
+    }
+
     /// The system calls `calls` (strace's `trace=` list) that process `pid` makes, in
     /// any of its threads, while `body` runs: strace's lines. strace is attached to
     /// every thread before `body` starts, and stopped when this returns: once the lines

@@ -6,10 +6,6 @@ import Foundation
 import XCTest
 
 final class HostileHostTests: EndToEndCase {
-    func coffer(_ arguments: [String], input: String? = nil, timeout: TimeInterval = 120) -> Outcome {
-        Harness.run([Harness.coffer] + arguments, input: input, timeout: timeout)
-    }
-
     /// Mounts tmpfs file systems on long paths until /proc/self/mountinfo is longer than
     /// `bytes`; they are unmounted when the test ends, whatever happened.
     func padMountTable(beyond bytes: Int) {

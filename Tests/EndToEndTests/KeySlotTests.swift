@@ -7,10 +7,6 @@ import Glibc
 import XCTest
 
 final class KeySlotTests: EndToEndCase {
-    func coffer(_ arguments: [String], input: String? = nil) -> Outcome {
-        Harness.run([Harness.coffer] + arguments, input: input)
-    }
-
     func slotFiles(_ cipherdir: String) -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: cipherdir + "/coffer.slots")) ?? []).sorted()
     }

@@ -4,11 +4,6 @@ import Foundation
 import XCTest
 
 final class PassphraseSourceTests: EndToEndCase {
-    func coffer(_ arguments: [String], environment: [String: String]? = nil) -> Outcome {
-        Harness.run([Harness.coffer] + arguments,
-                    environment: environment.map { ProcessInfo.processInfo.environment.merging($0) { $1 } })
-    }
-
     func state(_ mountpoint: String) -> String {
         coffer(["status", mountpoint]).stdout.contains("State:           unlocked") ? "unlocked" : "locked"
     }

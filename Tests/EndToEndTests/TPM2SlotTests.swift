@@ -17,13 +17,9 @@ final class TPM2SlotTests: EndToEndCase {
         return tpm
     }
 
-    func coffer(_ arguments: [String], tpm: SoftwareTPM) -> Outcome {
-        Harness.run([Harness.coffer] + arguments, environment: tpm.environment)
-    }
-
     /// Mounts the vault locked: no passphrase given.
     func mountLocked(_ vault: MountedVault, _ extra: [String] = [], tpm: SoftwareTPM) -> Outcome {
-        coffer(["mount", "--log-file", vault.logFile, "--state-dir", vault.stateDir] + extra + [vault.cipherdir, vault.mountpoint], tpm: tpm)
+        coffer(["mount", "--log-file", vault.logFile, "--state-dir", vault.stateDir] + extra + [vault.cipherdir, vault.mountpoint], environment: tpm.environment)
     }
 
     func state(_ vault: MountedVault) -> String {
@@ -39,16 +35,16 @@ final class TPM2SlotTests: EndToEndCase {
         vault.unmount()
 
         let added = coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "7,0", "--label", "laptop TPM", "--passfile", vault.passfile,
-                            vault.cipherdir], tpm: tpm)
+                            vault.cipherdir], environment: tpm.environment)
         assertOK(added, "keyslot add --tpm2")
         XCTAssertTrue(added.stdout.contains("PCRs 0,7"), added.stdout)
-        let list = coffer(["keyslot", "list", vault.cipherdir], tpm: tpm)
+        let list = coffer(["keyslot", "list", vault.cipherdir], environment: tpm.environment)
         XCTAssertTrue(list.stdout.contains("tpm2 (PCRs 0,7) laptop TPM"), list.stdout)
 
         // coffer unlock --tpm2 of a locked mount: no secret asked, nothing on stderr.
         assertOK(mountLocked(vault, tpm: tpm), "mount locked")
         XCTAssertEqual(state(vault), "locked")
-        let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: tpm)
+        let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], environment: tpm.environment)
         assertOK(unlocked, "unlock --tpm2")
         XCTAssertEqual(unlocked.stderr, "")
         XCTAssertEqual(vault.sh("cat f").stdout, "sealed to this machine\n")
@@ -71,7 +67,7 @@ final class TPM2SlotTests: EndToEndCase {
         // A PCR the slot is sealed to changes (as a boot-loader update would): its own status,
         // one line that says what to do, and the passphrase still opens.
         try tpm.extendPCR(7)
-        let changed = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: tpm)
+        let changed = coffer(["unlock", "--tpm2", vault.mountpoint], environment: tpm.environment)
         XCTAssertEqual(changed.status, 55, changed.stderr)
         XCTAssertEqual(changed.stderr.split(separator: "\n").count, 1, changed.stderr)
         XCTAssertTrue(changed.stderr.contains("\"laptop TPM\" (PCRs 0,7)") && changed.stderr.contains("changed"), changed.stderr)
@@ -90,22 +86,22 @@ final class TPM2SlotTests: EndToEndCase {
     func testASlotOfAnotherMachineIsListedAsSuchAndPassedOverQuietly() throws {
         let laptop = try softwareTPM("laptop.tpm"), desktop = try softwareTPM("desktop.tpm")
         let vault = MountedVault(scratch: scratch)
-        let added = coffer(["keyslot", "add", "--tpm2", "--label", "laptop", "--passfile", vault.passfile, vault.cipherdir], tpm: laptop)
+        let added = coffer(["keyslot", "add", "--tpm2", "--label", "laptop", "--passfile", vault.passfile, vault.cipherdir], environment: laptop.environment)
         assertOK(added, "add on the laptop")
         XCTAssertTrue(added.stdout.contains("PCRs 7: it stops opening when one changes"), "PCR 7 is bound by default: \(added.stdout)")
 
         // On the desktop: the laptop's slot is another machine's; unlock says there is none of this one.
-        let list = coffer(["keyslot", "list", vault.cipherdir], tpm: desktop)
+        let list = coffer(["keyslot", "list", vault.cipherdir], environment: desktop.environment)
         XCTAssertTrue(list.stdout.contains("tpm2 (other machine) laptop"), list.stdout)
         assertOK(mountLocked(vault, tpm: desktop), "mount on the desktop")
-        let none = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: desktop)
+        let none = coffer(["unlock", "--tpm2", vault.mountpoint], environment: desktop.environment)
         XCTAssertEqual(none.status, 56, none.stderr)
         XCTAssertTrue(none.stderr.contains("another machine's"), none.stderr)
         XCTAssertEqual(none.stderr.split(separator: "\n").count, 1, "one line, no TSS log: \(none.stderr)")
 
         // The desktop adds its own; a copy of the laptop's slot claiming the desktop's TPM
         // (blobs this TPM will not load) is passed over quietly too.
-        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "desktop", "--passfile", vault.passfile, vault.cipherdir], tpm: desktop), "add on the desktop")
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "desktop", "--passfile", vault.passfile, vault.cipherdir], environment: desktop.environment), "add on the desktop")
         let slots = vault.cipherdir + "/coffer.slots/"
         var records: [String: [String: Any]] = [:]
         for name in try FileManager.default.contentsOfDirectory(atPath: slots) {
@@ -120,13 +116,13 @@ final class TPM2SlotTests: EndToEndCase {
         forged["label"] = "forged"
         try JSONSerialization.data(withJSONObject: forged).write(to: URL(fileURLWithPath: slots + "00000000000000000000000000000000.slot"))
 
-        let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: desktop)
+        let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], environment: desktop.environment)
         assertOK(unlocked, "unlock --tpm2 on the desktop")
         XCTAssertEqual(unlocked.stderr, "", "the other machine's slots are passed over quietly")
         assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
         // And the laptop, with the same files (synced), opens with its own.
-        assertOK(coffer(["unlock", "--tpm2", vault.mountpoint], tpm: laptop), "unlock --tpm2 on the laptop")
-        let laptopList = coffer(["keyslot", "list", vault.cipherdir], tpm: laptop)
+        assertOK(coffer(["unlock", "--tpm2", vault.mountpoint], environment: laptop.environment), "unlock --tpm2 on the laptop")
+        let laptopList = coffer(["keyslot", "list", vault.cipherdir], environment: laptop.environment)
         XCTAssertTrue(laptopList.stdout.contains("tpm2 (other machine) desktop") && laptopList.stdout.contains("tpm2 (PCRs 7) laptop"),
                       laptopList.stdout)
         vault.unmount()
@@ -140,8 +136,8 @@ final class TPM2SlotTests: EndToEndCase {
         let tpm = try softwareTPM("tpm")
         let vault = MountedVault(scratch: scratch)
         let other = MountedVault(scratch: scratch, name: "other")
-        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "mine", "--passfile", vault.passfile, vault.cipherdir], tpm: tpm), "add mine")
-        let unbound = coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "none", "--label", "other", "--passfile", other.passfile, other.cipherdir], tpm: tpm)
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "mine", "--passfile", vault.passfile, vault.cipherdir], environment: tpm.environment), "add mine")
+        let unbound = coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "none", "--label", "other", "--passfile", other.passfile, other.cipherdir], environment: tpm.environment)
         assertOK(unbound, "add the other vault's")
         XCTAssertTrue(unbound.stdout.contains("no PCR: it opens whatever boots this machine"), unbound.stdout)
         let slots = vault.cipherdir + "/coffer.slots/"
@@ -158,7 +154,7 @@ final class TPM2SlotTests: EndToEndCase {
 
         assertOK(mountLocked(vault, tpm: tpm), "mount locked")
         for round in 1...3 {
-            let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], tpm: tpm)
+            let unlocked = coffer(["unlock", "--tpm2", vault.mountpoint], environment: tpm.environment)
             assertOK(unlocked, "unlock --tpm2, round \(round)")
             XCTAssertEqual(state(vault), "unlocked")
             assertOK(Harness.run([Harness.coffer, "lock", vault.mountpoint]), "lock")
@@ -175,24 +171,24 @@ final class TPM2SlotTests: EndToEndCase {
         // No TPM answers: refused before any secret is asked (a passfile that is not there).
         let gone = try softwareTPM("gone.tpm")
         gone.stop()
-        let noTPM = coffer(["keyslot", "add", "--tpm2", "--label", "x", "--passfile", scratch.path + "/missing", cipher], tpm: gone)
+        let noTPM = coffer(["keyslot", "add", "--tpm2", "--label", "x", "--passfile", scratch.path + "/missing", cipher], environment: gone.environment)
         XCTAssertEqual(noTPM.status, 54, noTPM.stderr)
         XCTAssertTrue(noTPM.stderr.contains("no TPM 2.0 answers"), noTPM.stderr)
-        XCTAssertEqual(coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "24", "--label", "x", cipher], tpm: tpm).status, 64)
+        XCTAssertEqual(coffer(["keyslot", "add", "--tpm2", "--tpm2-pcrs", "24", "--label", "x", cipher], environment: tpm.environment).status, 64)
 
-        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "tpm", "--passfile", vault.passfile, cipher], tpm: tpm), "add")
-        assertOK(coffer(["keyslot", "remove", "--slot", "recovery", "--passfile", vault.passfile, cipher], tpm: tpm), "remove recovery")
-        assertOK(coffer(["keyslot", "remove", "--slot", "passphrase", "--passfile", vault.passfile, cipher], tpm: tpm),
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "tpm", "--passfile", vault.passfile, cipher], environment: tpm.environment), "add")
+        assertOK(coffer(["keyslot", "remove", "--slot", "recovery", "--passfile", vault.passfile, cipher], environment: tpm.environment), "remove recovery")
+        assertOK(coffer(["keyslot", "remove", "--slot", "passphrase", "--passfile", vault.passfile, cipher], environment: tpm.environment),
                  "remove the passphrase: the TPM2 slot is a way in")
-        let last = coffer(["keyslot", "remove", "--slot", "tpm", "--passfile", vault.passfile, cipher], tpm: tpm)
+        let last = coffer(["keyslot", "remove", "--slot", "tpm", "--passfile", vault.passfile, cipher], environment: tpm.environment)
         XCTAssertEqual(last.status, 50, last.stderr)
         // With no passphrase left, the TPM proves the way in: a passphrase slot is added, used, removed.
-        XCTAssertEqual(coffer(["fsck", "--passfile", vault.passfile, cipher], tpm: tpm).status, 22)
+        XCTAssertEqual(coffer(["fsck", "--passfile", vault.passfile, cipher], environment: tpm.environment).status, 22)
         let words = scratch.file("words.pass", "words added with the TPM\n")
-        assertOK(coffer(["keyslot", "add", "--with-tpm2", "--label", "words", "--new-passfile", words, cipher], tpm: tpm), "add --with-tpm2")
-        assertOK(coffer(["fsck", "--passfile", words, cipher], tpm: tpm), "fsck with the new passphrase")
-        assertOK(coffer(["keyslot", "remove", "--with-tpm2", "--slot", "words", cipher], tpm: tpm), "remove --with-tpm2")
-        XCTAssertEqual(coffer(["fsck", "--with-tpm2", "--passfile", words, cipher], tpm: tpm).status, 64, "one way in at a time")
+        assertOK(coffer(["keyslot", "add", "--with-tpm2", "--label", "words", "--new-passfile", words, cipher], environment: tpm.environment), "add --with-tpm2")
+        assertOK(coffer(["fsck", "--passfile", words, cipher], environment: tpm.environment), "fsck with the new passphrase")
+        assertOK(coffer(["keyslot", "remove", "--with-tpm2", "--slot", "words", cipher], environment: tpm.environment), "remove --with-tpm2")
+        XCTAssertEqual(coffer(["fsck", "--with-tpm2", "--passfile", words, cipher], environment: tpm.environment).status, 64, "one way in at a time")
         assertOK(mountLocked(vault, ["--unlock-tpm2"], tpm: tpm), "the TPM2 slot alone opens")
         XCTAssertEqual(state(vault), "unlocked")
 

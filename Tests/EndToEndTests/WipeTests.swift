@@ -7,10 +7,6 @@ import Glibc
 import XCTest
 
 final class WipeTests: EndToEndCase {
-    func coffer(_ arguments: [String], input: String? = nil, timeout: TimeInterval = 120) -> Outcome {
-        Harness.run([Harness.coffer] + arguments, input: input, timeout: timeout)
-    }
-
     /// Whether the mount serves plaintext: `cat f` succeeds.
     /// (A stopped daemon would hold `cat` up: it gets 10 s.)
     func serves(_ vault: MountedVault) -> Bool { Harness.sh("timeout 10 cat '\(vault.mountpoint)/f'").status == 0 }

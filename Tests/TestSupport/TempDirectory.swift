@@ -35,12 +35,3 @@ public final class TempDirectory {
         (FileManager.default.enumerator(atPath: path)?.allObjects as? [String] ?? []).map { path + "/" + $0 }
     }
 }
-
-public func secret(_ text: String) -> SecureBytes {
-    let bytes = Array(text.utf8)
-    let s = SecureBytes(count: bytes.count)
-    s.withUnsafeMutableBytes { $0.copyBytes(from: bytes) }
-    return s
-}
-
-import CofferCrypto
