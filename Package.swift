@@ -68,7 +68,7 @@ let package = Package(
             "CofferSystem", "CofferCrypto", "CofferVault", "CofferFileSystem", "CofferFUSE", "CofferGate", "CofferBus",
             "CofferTPM", "CofferKeyring", "CofferBenchmark", .product(name: "ArgumentParser", package: "swift-argument-parser"), logging,
         ]),
-        // Helpers the unit tests share (a temporary directory).
+        // Helpers the tests of several targets share (a temporary directory, secrets).
         .target(name: "TestSupport", dependencies: ["CofferCrypto", "CofferSystem"], path: "Tests/TestSupport"),
         .testTarget(name: "CofferSystemTests", dependencies: ["CofferSystem"]),
         .testTarget(name: "CofferCryptoTests", dependencies: ["CofferCrypto"]),
