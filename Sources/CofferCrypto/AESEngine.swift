@@ -182,7 +182,9 @@ enum IPSecMB {
                     guard out == plain else { return false }
                 }
                 b[b.count - 1] ^= 1
-                let refused = b.withUnsafeBytes { c in out.withUnsafeMutableBytes { (try? intel.open(c, firstBlock: 9, fileID: id, into: $0)) == nil } }
+                let refused = b.withUnsafeBytes { c in
+                    out.withUnsafeMutableBytes { (try? intel.open(c, firstBlock: 9, fileID: id, into: $0)) == nil }
+                }
                 guard refused else { return false }
             } catch {
                 return false

@@ -341,8 +341,9 @@ public struct ContentCipher: Sendable {
                 let plainRange = first * Self.blockSize..<min(plaintext.count, (first + perPart) * Self.blockSize)
                 guard !plainRange.isEmpty else { return }
                 let cipherStart = first * Self.cipherBlockSize
+                let cipherEnd = cipherStart + Self.cipherLength(plainLength: plainRange.count)
                 sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
-                        into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherStart + Self.cipherLength(plainLength: plainRange.count)]),
+                        into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherEnd]),
                         key: key)
             }
         }

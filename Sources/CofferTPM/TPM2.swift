@@ -68,7 +68,8 @@ public final class TPM2 {
         case COFFER_TPM2_NO_DEVICE:
             throw TPM2Error.unavailable("no TPM 2.0 answers at \(tcti) (TSS2 code 0x\(String(rc, radix: 16)))")
         default:
-            throw TPM2Error.failed("the TPM at \(tcti) did not make its storage primary key (TSS2 code 0x\(String(rc, radix: 16)); an owner password set?)")
+            throw TPM2Error.failed(
+                "the TPM at \(tcti) did not make its storage primary key (TSS2 code 0x\(String(rc, radix: 16)); an owner password set?)")
         }
         handle = pointer!
         self.tcti = tcti

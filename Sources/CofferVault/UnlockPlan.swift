@@ -57,7 +57,8 @@ public struct UnlockPlan: Sendable {
             }
             for copy in copies where copy.config.slots.contains(where: { $0.kind == passphraseSlot }) {
                 if aboveLimit(copy.config.kdf) {
-                    skipped.append(Skipped(name: copy.name, reason: "its Argon2id costs (\(costs(copy.config.kdf))) are above the vault's (\(costs(config.kdf)))"))
+                    skipped.append(Skipped(name: copy.name,
+                                           reason: "its Argon2id costs (\(costs(copy.config.kdf))) are above the vault's (\(costs(config.kdf)))"))
                 } else {
                     candidates.append(Attempt(name: copy.name, source: .configCopy(copy.config), kdf: copy.config.kdf))
                 }
@@ -74,7 +75,9 @@ public struct UnlockPlan: Sendable {
         for (name, record) in ordered {
             let kdf = record.kdf!
             if slot == nil && aboveLimit(kdf) {
-                skipped.append(Skipped(name: name, reason: "its Argon2id costs (\(costs(kdf))) are above the vault's (\(costs(config.kdf))): tried only with --slot \(record.id)"))
+                skipped.append(Skipped(
+                    name: name,
+                    reason: "its Argon2id costs (\(costs(kdf))) are above the vault's (\(costs(config.kdf))): tried only with --slot \(record.id)"))
             } else {
                 candidates.append(Attempt(name: name, source: .slotFile(record), kdf: kdf))
             }

@@ -318,18 +318,23 @@ public final class VaultChecker {
         } catch {
             if dir != root, DirectoryIV.isArriving(dir) {
                 summary.arriving += 1
-                var line = VaultProblem(path: path, backingName: nil, what: "a directory another program is still filling: its IV file has not come yet, so nothing in it can be checked (check again once the sync is done)", isLeftover: false)
+                var line = VaultProblem(path: path, backingName: nil,
+                                        what: "a directory another program is still filling: its IV file has not come yet, "
+                                            + "so nothing in it can be checked (check again once the sync is done)",
+                                        isLeftover: false)
                 line.isArriving = true
                 return report(line)
             }
             guard repair else {
-                return problem(path, "\(error); names in it cannot be read (fsck --repair gives it a new IV and moves its entries to /\(Self.lostAndFound))")
+                return problem(path, "\(error); names in it cannot be read "
+                                   + "(fsck --repair gives it a new IV and moves its entries to /\(Self.lostAndFound))")
             }
             do {
                 let moved = try giveNewIV(dir, place: places[0])
                 summary.repaired += 1
                 report(VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
-                                    what: "\(error); repaired: a new IV, and its \(moved) entr\(moved == 1 ? "y" : "ies") moved to /\(Self.lostAndFound) (as #INODE, contents intact)",
+                                    what: "\(error); repaired: a new IV, and its \(moved) entr\(moved == 1 ? "y" : "ies") moved to "
+                                        + "/\(Self.lostAndFound) (as #INODE, contents intact)",
                                     isLeftover: false))
             } catch let failure {
                 return problem(path, "\(error); repair failed: \(failure)")
@@ -384,7 +389,10 @@ public final class VaultChecker {
                 guard let decoded = try names.decode(entry.name, in: dir)?.name else {
                     if misplaced.contains(entry.name) { continue }
                     if DirectoryIV.isConflictCopy(entry.name) {
-                        conflict(path, "the directory was made on two machines: a sync engine's copy of its IV file, under which the other machine's names are encrypted (the mount serves both and settles the directory on one IV at its next change)", backingName: entry.name)
+                        conflict(path, "the directory was made on two machines: a sync engine's copy of its IV file, "
+                                     + "under which the other machine's names are encrypted "
+                                     + "(the mount serves both and settles the directory on one IV at its next change)",
+                                 backingName: entry.name)
                     } else if let copy {
                         conflict(path, "a sync engine's copy of \(String(decoding: copy.original, as: UTF8.self))", backingName: entry.name)
                     }
@@ -478,7 +486,8 @@ public final class VaultChecker {
             let header = try file.header()
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: file.fd,
                                                              macs: keys.places) {
-                leftover(path, "its header still names the place it had before a rename (a crash kept the rename, not the header); --repair mends it") {
+                leftover(path,
+                         "its header still names the place it had before a rename (a crash kept the rename, not the header); --repair mends it") {
                     try file.setPlaceTag(tag)
                 }
             }

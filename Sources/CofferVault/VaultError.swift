@@ -93,12 +93,16 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .alreadyMounted(let path): return "\(path) is already mounted by another coffer daemon (one vault, one mount)"
         case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"
-        case .unsupportedFormat(let v): return "the vault has format version \(v), which this coffer does not support (it knows versions \(VaultConfig.supportedFormats.lowerBound) to \(VaultConfig.supportedFormats.upperBound))"
+        case .unsupportedFormat(let v):
+            return "the vault has format version \(v), which this coffer does not support "
+                + "(it knows versions \(VaultConfig.supportedFormats.lowerBound) to \(VaultConfig.supportedFormats.upperBound))"
         case .unsupportedParameter(let p): return "the vault config asks for an unsupported \(p)"
         case .cipherUnavailable(let name):
-            return "the vault's content cipher \(name) needs AES-NI and PCLMUL, which this CPU lacks; open it on a machine that has them (its data is intact)"
+            return "the vault's content cipher \(name) needs AES-NI and PCLMUL, which this CPU lacks; "
+                + "open it on a machine that has them (its data is intact)"
         case .kdfParametersRefused(let ops, let mem):
-            return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) are outside the accepted range; refusing to use them"
+            return "the vault config's key-derivation parameters (ops \(ops), memory \(mem >> 20) MiB) "
+                + "are outside the accepted range; refusing to use them"
         case .wrongPassphrase: return "wrong passphrase"
         case .wrongRecoveryKey: return "wrong recovery key"
         case .wrongSlotKey: return "the slot key does not open that key slot (removed, or its file was modified)"
@@ -108,14 +112,17 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .pathTooLong(let path): return PathText.tooLong(path)
         case .fileHeaderDamaged(let reason): return "file header damaged: \(reason)"
         case .placeMismatch: return "its content belongs to another name or directory (copied or moved there from outside the mount)"
-        case .fileTruncated(let size): return "file truncated: a ciphertext length of \(size) bytes cuts a block (or, from format 4, ends without a final block)"
+        case .fileTruncated(let size):
+            return "file truncated: a ciphertext length of \(size) bytes cuts a block (or, from format 4, ends without a final block)"
         case .blockDamaged(let index): return "block \(index) failed authentication"
         case .nameDamaged(let name): return "encrypted name \(name) failed authentication"
         case .longNameDamaged(let name): return "long-name sidecar of \(name) is missing or damaged"
         case .symlinkSidecarDamaged(let reference): return "symlink-target sidecar \(reference) is missing or damaged"
         case .directoryIVDamaged(let reason): return "directory IV damaged: \(reason)"
         case .replacedByOtherWriter: return "another program replaced or removed the backing file after it was opened; write refused"
-        case .directoryIVMisplaced(let name): return "directory IV damaged: \(name) belongs to another directory (copied here, or this directory's contents moved here, from outside the mount)"
+        case .directoryIVMisplaced(let name):
+            return "directory IV damaged: \(name) belongs to another directory "
+                + "(copied here, or this directory's contents moved here, from outside the mount)"
         case .nameTooLong: return "file name too long (more than 255 bytes)"
         case .invalidName: return "invalid file name"
         case .tooLong(let item): return "\(item.rawValue) too long"
@@ -126,7 +133,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .invalidSlotLabel(let why): return "invalid slot label: \(why)"
         case .slotLabelTaken(let label): return "a key slot labelled \"\(label)\" exists already; choose another label"
         case .slotAmbiguous(let label, let ids):
-            return "the label \"\(label)\" names \(ids.count) slots (added on two machines at once?); give one of their ids: \(ids.joined(separator: ", "))"
+            return "the label \"\(label)\" names \(ids.count) slots (added on two machines at once?); "
+                + "give one of their ids: \(ids.joined(separator: ", "))"
         case .lastWayIn(let what): return "refusing to remove \(what): it is the vault's last way in (add another slot first)"
         }
     }

@@ -46,7 +46,8 @@ enum KeySlotAction: Equatable {
             return .leaveAlone("\(kinds[mode & S_IFMT] ?? "not a regular file"), not a key slot: left alone")
         }
         guard links == 1 else {
-            return .removeNameOnly("a file with \(links - 1) other hard link\(links == 2 ? "" : "s"), which keep\(links == 2 ? "s" : "") its bytes: not overwritten")
+            return .removeNameOnly(
+                "a file with \(links - 1) other hard link\(links == 2 ? "" : "s"), which keep\(links == 2 ? "s" : "") its bytes: not overwritten")
         }
         return .overwrite
     }
@@ -101,7 +102,8 @@ extension Vault {
         } catch let error as Errno where error.code == ENOENT {
             return
         } catch let error as Errno where error.code == ELOOP || error.code == ENOTDIR {
-            return report.leftAlone.append(.init(name: SlotFile.directory, what: "\(error.code == ELOOP ? "a symlink" : "not a directory"), not key slots: left alone"))
+            return report.leftAlone.append(.init(name: SlotFile.directory,
+                                                 what: "\(error.code == ELOOP ? "a symlink" : "not a directory"), not key slots: left alone"))
         } catch {
             return report.notDestroyed.append(.init(name: SlotFile.directory, what: "cannot be opened (\(error))"))
         }

@@ -20,18 +20,28 @@ struct InitCommand: ParsableCommand {
     @Option(name: .long, help: "Write the recovery key to this new file (mode 0600) instead of printing it.")
     var recoveryKeyOut: String?
 
-    @Option(name: .long, help: ArgumentHelp("Argon2id passes (default \(KDFParameters.standard.opsLimit), minimum \(KDFParameters.floor.opsLimit)).", visibility: .hidden))
+    @Option(name: .long, help: ArgumentHelp(
+        "Argon2id passes (default \(KDFParameters.standard.opsLimit), minimum \(KDFParameters.floor.opsLimit)).",
+        visibility: .hidden))
     var kdfOps: UInt64 = KDFParameters.standard.opsLimit
 
-    @Option(name: .long, help: ArgumentHelp("Argon2id memory in MiB (default \(KDFParameters.standard.memLimit >> 20), minimum \(KDFParameters.floor.memLimit >> 20)).", visibility: .hidden))
+    @Option(name: .long, help: ArgumentHelp(
+        "Argon2id memory in MiB (default \(KDFParameters.standard.memLimit >> 20), minimum \(KDFParameters.floor.memLimit >> 20)).",
+        visibility: .hidden))
     var kdfMemory: UInt64 = KDFParameters.standard.memLimit >> 20
 
     @Option(name: .long, help: ArgumentHelp(
-        "Content cipher: aes256gcm (the default where the CPU has AES-NI, as this one \(ContentAlgorithm.aes256gcm.isAvailable ? "does" : "does not")) or xchacha20-poly1305 (everywhere).",
+        "Content cipher: aes256gcm (the default where the CPU has AES-NI, "
+            + "as this one \(ContentAlgorithm.aes256gcm.isAvailable ? "does" : "does not")) or xchacha20-poly1305 (everywhere).",
         valueName: "cipher"))
     var cipher: ContentAlgorithm = .preferred
 
-    @Option(name: .long, help: ArgumentHelp("Format version of the new vault (default: \(VaultConfig.currentFormat), which has protection classes, binds each file's content, each directory's IV and each file made while locked to its place and authenticates a file's length; 6, 5, 4, 3 and 2 for a machine whose coffer knows only those, 1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).", visibility: .hidden))
+    @Option(name: .long, help: ArgumentHelp(
+        "Format version of the new vault (default: \(VaultConfig.currentFormat), which has protection classes, "
+            + "binds each file's content, each directory's IV and each file made while locked to its place "
+            + "and authenticates a file's length; 6, 5, 4, 3 and 2 for a machine whose coffer knows only those, "
+            + "1 refuses symlink targets over \(SymlinkCodec.maxInlineTargetLength) bytes, as coffers before version 2 need).",
+        visibility: .hidden))
     var format: Int?
 
     @Argument(help: "The empty directory that will hold the encrypted files.")
@@ -39,11 +49,13 @@ struct InitCommand: ParsableCommand {
 
     func validate() throws {
         if let format, !(VaultConfig.minimumFormat(for: cipher)...VaultConfig.currentFormat).contains(format) {
-            throw ValidationError("--format must be \(VaultConfig.minimumFormat(for: cipher))…\(VaultConfig.currentFormat) with the cipher \(cipher.rawValue)")
+            throw ValidationError(
+                "--format must be \(VaultConfig.minimumFormat(for: cipher))…\(VaultConfig.currentFormat) with the cipher \(cipher.rawValue)")
         }
         let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
         guard kdf.isAcceptable else {
-            throw ValidationError("--kdf-ops must be \(KDFParameters.floor.opsLimit)…\(KDFParameters.ceiling.opsLimit) and --kdf-memory \(KDFParameters.floor.memLimit >> 20)…\(KDFParameters.ceiling.memLimit >> 20) MiB")
+            throw ValidationError("--kdf-ops must be \(KDFParameters.floor.opsLimit)…\(KDFParameters.ceiling.opsLimit) "
+                                  + "and --kdf-memory \(KDFParameters.floor.memLimit >> 20)…\(KDFParameters.ceiling.memLimit >> 20) MiB")
         }
     }
 

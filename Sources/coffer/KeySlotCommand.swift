@@ -83,16 +83,22 @@ struct KeySlotAdd: ParsableCommand {
     @Option(name: .long, help: "Read the new slot's passphrase from this file.")
     var newPassfile: String?
 
-    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp("Run this command (as --extpass) and read the new slot's passphrase from its output.", valueName: "command"))
+    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp(
+        "Run this command (as --extpass) and read the new slot's passphrase from its output.",
+        valueName: "command"))
     var newExtpass: [String] = []
 
     @Flag(name: .long, help: "Add a slot sealed to this machine's TPM instead of a passphrase slot.")
     var tpm2 = false
 
-    @Flag(name: .long, help: "Add a slot whose random key your desktop keyring keeps (the Secret Service's default collection) instead of a passphrase slot.")
+    @Flag(name: .long,
+          help: "Add a slot whose random key your desktop keyring keeps (the Secret Service's default collection) instead of a passphrase slot.")
     var keyring = false
 
-    @Option(name: .long, help: ArgumentHelp("With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7 (default 7, the Secure Boot state); the slot stops opening when one changes. \"none\": no PCR, the slot opens whatever boots this machine.", valueName: "list"))
+    @Option(name: .long, help: ArgumentHelp(
+        "With --tpm2: seal to the current values of these PCRs (sha256 bank), such as 7 or 0,7 (default 7, the Secure Boot state); "
+            + "the slot stops opening when one changes. \"none\": no PCR, the slot opens whatever boots this machine.",
+        valueName: "list"))
     var tpm2Pcrs: String?
 
     @Argument(help: "The vault's backing directory.")
@@ -183,7 +189,9 @@ struct KeySlotRemove: ParsableCommand {
             }
             print("Removed key slot \"\(slot)\" from \(cipherdir).")
             if !report.notDestroyed.isEmpty {
-                throw CommandFailure(status: .wipeIncomplete, message: "\(cipherdir): \(report.notDestroyed.count) copies of the slot could not be overwritten (named above); their names were removed")
+                throw CommandFailure(status: .wipeIncomplete,
+                                     message: "\(cipherdir): \(report.notDestroyed.count) copies of the slot could not be overwritten "
+                                         + "(named above); their names were removed")
             }
         }
     }

@@ -15,7 +15,8 @@ enum KeyringSlots {
         let id = Vault.newSlotID()
         let slotKey = SecureBytes.random(count: SlotFile.slotKeySize)
         defer { slotKey.wipe() }
-        try Keyring.store(slotKey, vault: vault.config.checksum, slot: id, label: "coffer: key slot \"\(label)\" of vault \(vault.config.checksum.prefix(12))")
+        try Keyring.store(slotKey, vault: vault.config.checksum, slot: id,
+                          label: "coffer: key slot \"\(label)\" of vault \(vault.config.checksum.prefix(12))")
         do {
             return try vault.addKeyedSlot(kind: SlotFile.keyringKind, id: id, label: label, master: master, slotKey: slotKey)
         } catch {
@@ -32,7 +33,9 @@ enum KeyringSlots {
         } catch KeyringError.notFound {
             // Not in this user's keyring: added on another machine, or cleared already.
         } catch {
-            FileHandleStandardError.write("coffer: keyslot remove: the keyring item of slot \"\(record.label)\" was not cleared (\(error)); the slot is gone, so the item opens nothing: remove it with secret-tool clear -- vault \(vault.config.checksum) slot \(record.id)\n")
+            FileHandleStandardError.write("coffer: keyslot remove: the keyring item of slot \"\(record.label)\" was not cleared (\(error)); "
+                                          + "the slot is gone, so the item opens nothing: "
+                                          + "remove it with secret-tool clear -- vault \(vault.config.checksum) slot \(record.id)\n")
         }
     }
 
@@ -58,8 +61,12 @@ enum KeyringSlots {
             refused += 1
         }
         if refused > 0 {
-            throw CommandFailure(status: .wrongSlotKey, message: "your keyring gave the keys of \(refused) keyring slot\(refused == 1 ? "" : "s") of \(vault.path), but none opens the vault")
+            throw CommandFailure(status: .wrongSlotKey,
+                                 message: "your keyring gave the keys of \(refused) keyring slot\(refused == 1 ? "" : "s") of \(vault.path), "
+                                     + "but none opens the vault")
         }
-        throw CommandFailure(status: .noKeyringSlot, message: "your keyring holds the key of none of the \(slots.count) keyring slot\(slots.count == 1 ? "" : "s") of \(vault.path) (added by another user or on another machine, or its item was deleted)")
+        throw CommandFailure(status: .noKeyringSlot,
+                             message: "your keyring holds the key of none of the \(slots.count) keyring slot\(slots.count == 1 ? "" : "s") "
+                                 + "of \(vault.path) (added by another user or on another machine, or its item was deleted)")
     }
 }

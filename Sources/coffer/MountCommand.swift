@@ -39,7 +39,9 @@ struct MountCommand: ParsableCommand {
     @Flag(name: .long, help: "Serve in this process instead of starting a daemon.")
     var foreground = false
 
-    @Flag(name: .long, help: "Once mounted, unlock with this machine's TPM (as coffer unlock --tpm2); if that fails, the mount stays up, locked, and the exit status says why.")
+    @Flag(name: .long, help: ArgumentHelp(
+        "Once mounted, unlock with this machine's TPM (as coffer unlock --tpm2); "
+            + "if that fails, the mount stays up, locked, and the exit status says why."))
     var unlockTpm2 = false
 
     @Option(name: .customShort("o"), help: ArgumentHelp("Extra FUSE mount option (repeatable).", valueName: "option"))
@@ -51,10 +53,17 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Lock after this long without a file-system operation (e.g. 90s, 15m, 1h).", valueName: "duration"))
     var idleLock: String?
 
-    @Option(name: .long, help: ArgumentHelp("Announce an idle, screen or suspend lock (and `coffer lock --grace`) this long before it comes, so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).", valueName: "duration"))
+    @Option(name: .long, help: ArgumentHelp(
+        "Announce an idle, screen or suspend lock (and `coffer lock --grace`) this long before it comes, "
+            + "so that programs subscribed to `coffer events` can save (at most 60s; default 0: at once).",
+        valueName: "duration"))
     var lockGrace: String?
 
-    @Option(name: .long, help: ArgumentHelp("Lock when the desktop session does: screen (logind's screen lock of one of your sessions), suspend (before the machine sleeps, which waits for it); both as screen,suspend. Announced with --lock-grace (before a suspend, at most half of logind's InhibitDelayMaxSec).", valueName: "screen,suspend"))
+    @Option(name: .long, help: ArgumentHelp(
+        "Lock when the desktop session does: screen (logind's screen lock of one of your sessions), "
+            + "suspend (before the machine sleeps, which waits for it); both as screen,suspend. "
+            + "Announced with --lock-grace (before a suspend, at most half of logind's InhibitDelayMaxSec).",
+        valueName: "screen,suspend"))
     var lockOn: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("Worker threads serving requests (1…64; default 8, or 2 per core above 4 cores).", valueName: "n"))
@@ -63,7 +72,11 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: "Control socket path (default: derived from MOUNTPOINT in the user's runtime directory).")
     var socket: String?
 
-    @Option(name: .customLong("transport"), help: ArgumentHelp("How requests reach the daemon: classic (/dev/fuse), uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), or auto: uring where the kernel offers it, else classic. Default: $COFFER_TRANSPORT, else auto.", valueName: "transport"))
+    @Option(name: .customLong("transport"), help: ArgumentHelp(
+        "How requests reach the daemon: classic (/dev/fuse), "
+            + "uring (FUSE over io_uring, Linux 6.14+ with the fuse module's enable_uring set; refused elsewhere), "
+            + "or auto: uring where the kernel offers it, else classic. Default: $COFFER_TRANSPORT, else auto.",
+        valueName: "transport"))
     var givenTransport: FuseSession.Transport?
 
     /// The transport asked for: --transport, else COFFER_TRANSPORT, else auto (io_uring
@@ -72,10 +85,17 @@ struct MountCommand: ParsableCommand {
         givenTransport ?? getenv("COFFER_TRANSPORT").flatMap { FuseSession.Transport(rawValue: String(cString: $0)) } ?? .auto
     }
 
-    @Option(name: .long, help: ArgumentHelp("This machine's private directory for the vault's crash state (the undo journal); default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). Never inside CIPHERDIR.", valueName: "dir"))
+    @Option(name: .long, help: ArgumentHelp(
+        "This machine's private directory for the vault's crash state (the undo journal); "
+            + "default: one per vault in /var/lib/coffer for root, else in $XDG_STATE_HOME/coffer (~/.local/state/coffer). "
+            + "Never inside CIPHERDIR.",
+        valueName: "dir"))
     var stateDir: String?
 
-    @Option(name: .long, help: ArgumentHelp("Watch at most this many backing directories for changes other programs make (default: as many as the kernel allows; 0: none, and every name is then cached for 1 s only).", valueName: "n"))
+    @Option(name: .long, help: ArgumentHelp(
+        "Watch at most this many backing directories for changes other programs make "
+            + "(default: as many as the kernel allows; 0: none, and every name is then cached for 1 s only).",
+        valueName: "n"))
     var watchLimit: Int?
 
     @Option(name: .long, help: ArgumentHelp("Internal: descriptor on which to report the mount's status.", visibility: .private))
@@ -102,7 +122,8 @@ struct MountCommand: ParsableCommand {
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
         if unlockTpm2 && foreground {
-            throw ValidationError("--unlock-tpm2 is done by the command that starts the daemon, not with --foreground: run coffer unlock --tpm2 once the mount is up")
+            throw ValidationError(
+                "--unlock-tpm2 is done by the command that starts the daemon, not with --foreground: run coffer unlock --tpm2 once the mount is up")
         }
         if unlockTpm2 && source.isGiven {
             throw ValidationError("--unlock-tpm2 asks for no passphrase: give it without --passfile or --extpass")
@@ -120,10 +141,12 @@ struct MountCommand: ParsableCommand {
         // allow_other alone would let every user past the owner's file modes: only
         // --allow-other, which adds default_permissions, may let others in.
         if words.contains("allow_other") {
-            throw ValidationError("-o allow_other is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
+            throw ValidationError(
+                "-o allow_other is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
         }
         if let secret = words.first(where: { MountHelperCommand.isInlineSecret($0) }) {
-            throw ValidationError("-o \(MountHelperCommand.named(secret)) is refused: a secret never goes in mount options; use --passfile or --extpass")
+            throw ValidationError(
+                "-o \(MountHelperCommand.named(secret)) is refused: a secret never goes in mount options; use --passfile or --extpass")
         }
         if let value = getenv("COFFER_TRANSPORT").map({ String(cString: $0) }), givenTransport == nil,
            FuseSession.Transport(rawValue: value) == nil {
@@ -134,13 +157,15 @@ struct MountCommand: ParsableCommand {
         }
         // coffer's mounts are of type fuse.coffer: `coffer unmount` and umount(8) find them so.
         if words.contains(where: { $0 == "subtype" || $0.hasPrefix("subtype=") }) {
-            throw ValidationError("-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")
+            throw ValidationError(
+                "-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")
         }
         // Word by word, so that a message names the one refused; a bare word is not
         // repeated (it may be a secret typed in the wrong place), only where it stands.
         if let index = words.firstIndex(where: { !FuseSession.refusedOptions([$0]).isEmpty }) {
             let word = words[index]
-            let named = word.contains("=") ? "-o \(MountHelperCommand.named(word))" : "the \(Self.ordinal(index + 1)) -o option (not repeated here, in case it is a secret)"
+            let named = word.contains("=") ? "-o \(MountHelperCommand.named(word))"
+                : "the \(Self.ordinal(index + 1)) -o option (not repeated here, in case it is a secret)"
             throw ValidationError("\(named): not a mount option libfuse accepts")
         }
     }

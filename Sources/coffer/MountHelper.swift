@@ -77,7 +77,8 @@ struct MountHelperCommand: ParsableCommand {
                 return value
             }
             if isInlineSecret(key) {
-                throw ValidationError("-o \(key)=… is refused: a secret never goes in mount options; use passfile=FILE or the systemd credential coffer.passphrase")
+                throw ValidationError(
+                    "-o \(key)=… is refused: a secret never goes in mount options; use passfile=FILE or the systemd credential coffer.passphrase")
             }
             switch key {
             case "passfile": arguments += ["--passfile", try required()]

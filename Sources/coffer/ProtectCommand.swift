@@ -86,7 +86,9 @@ struct ProtectCommand: ParsableCommand {
         case EACCES:
             return CommandFailure(status: .locked, message: "\(path): the vault is locked (or you may not read this directory); unlock it first")
         case EOPNOTSUPP, ENODATA:
-            return CommandFailure(status: .unsupported, message: "\(path): this vault's format has no protection classes (format 6 has them: a vault made by `coffer init` of this version)")
+            return CommandFailure(status: .unsupported,
+                                  message: "\(path): this vault's format has no protection classes "
+                                      + "(format 6 has them: a vault made by `coffer init` of this version)")
         case ENOTDIR:
             return CommandFailure(status: .notADirectory, message: "\(path) is not a directory: a protection class is a directory's")
         case EPERM:

@@ -7,7 +7,8 @@ import Foundation
 struct SpeedCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "speed",
-        abstract: "Measure the crypto engine on 4 KiB blocks against raw libsodium (one core), for each content cipher and, for AES-256-GCM, each library that runs it.")
+        abstract: "Measure the crypto engine on 4 KiB blocks against raw libsodium (one core), "
+            + "for each content cipher and, for AES-256-GCM, each library that runs it.")
 
     @Option(help: "Seconds to spend on each measurement.")
     var seconds: Double = 1.0

@@ -46,7 +46,9 @@ enum StateDirectory {
     /// two copies of one vault on this machine never share their state.
     static func name(of vault: Vault, at cipherdir: String) -> String {
         let last = cipherdir.split(separator: "/").last.map(String.init) ?? "root"
-        let safe = String(last.unicodeScalars.map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) ? Character($0) : "_" }.prefix(24))
+        let safe = String(last.unicodeScalars.map {
+            $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) ? Character($0) : "_"
+        }.prefix(24))
         let identity = Array(vault.config.kdf.salt.utf8) + [0] + Array(cipherdir.utf8)
         return safe + "-" + Hash.blake2b256(identity).prefix(8).map { String(format: "%02x", $0) }.joined()
     }

@@ -76,11 +76,18 @@ enum TPM2Slots {
             refused += 1
         }
         if refused > 0 {
-            throw CommandFailure(status: .wrongSlotKey, message: "this machine's TPM unsealed \(refused) TPM2 slot\(refused == 1 ? "" : "s") of \(vault.path), but none opens the vault (a slot copied from another vault?)")
+            throw CommandFailure(status: .wrongSlotKey,
+                                 message: "this machine's TPM unsealed \(refused) TPM2 slot\(refused == 1 ? "" : "s") of \(vault.path), "
+                                     + "but none opens the vault (a slot copied from another vault?)")
         }
         if !changedPCRs.isEmpty {
-            throw CommandFailure(status: .tpm2PolicyMismatch, message: "the PCRs that TPM2 slot \(changedPCRs.joined(separator: ", ")) is sealed to have changed since it was added (a firmware, boot loader or kernel update?); unlock with a passphrase, then remove the slot and add it again with coffer keyslot add --tpm2")
+            throw CommandFailure(status: .tpm2PolicyMismatch,
+                                 message: "the PCRs that TPM2 slot \(changedPCRs.joined(separator: ", ")) is sealed to have changed "
+                                     + "since it was added (a firmware, boot loader or kernel update?); "
+                                     + "unlock with a passphrase, then remove the slot and add it again with coffer keyslot add --tpm2")
         }
-        throw CommandFailure(status: .noTPM2Slot, message: "\(vault.path) has no TPM2 slot of this machine (its \(slots.count) TPM2 slot\(slots.count == 1 ? " is" : "s are") another machine's)")
+        throw CommandFailure(status: .noTPM2Slot,
+                             message: "\(vault.path) has no TPM2 slot of this machine "
+                                 + "(its \(slots.count) TPM2 slot\(slots.count == 1 ? " is" : "s are") another machine's)")
     }
 }

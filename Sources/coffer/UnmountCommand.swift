@@ -43,7 +43,8 @@ struct UnmountCommand: ParsableCommand {
                 if Self.isBusy(text) {
                     throw CommandFailure(status: .unmountBusy, message: "\(mountpoint) is busy: a process still uses it")
                 }
-                throw CommandFailure(status: .failure, message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
+                throw CommandFailure(status: .failure,
+                                     message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
             }
             if let (pid, started) = daemon { LiveDaemons.waitForExit(pid, startedAt: started, seconds: 30) }
         }

@@ -68,13 +68,17 @@ struct PasswdCommand: ParsableCommand {
 
     @OptionGroup var secret: OfflineUnlock
 
-    @Option(name: .long, help: ArgumentHelp("Change the passphrase of this labelled slot (a label or id from coffer keyslot list; default: the slot of coffer.conf).", valueName: "label-or-id"))
+    @Option(name: .long, help: ArgumentHelp(
+        "Change the passphrase of this labelled slot (a label or id from coffer keyslot list; default: the slot of coffer.conf).",
+        valueName: "label-or-id"))
     var slot: String?
 
     @Option(name: .long, help: "Read the new passphrase from this file.")
     var newPassfile: String?
 
-    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp("Run this command (as --extpass) and read the new passphrase from its output.", valueName: "command"))
+    @Option(name: .long, parsing: .unconditionalSingleValue, help: ArgumentHelp(
+        "Run this command (as --extpass) and read the new passphrase from its output.",
+        valueName: "command"))
     var newExtpass: [String] = []
 
     func validate() throws {
@@ -127,7 +131,9 @@ struct FsckCommand: ParsableCommand {
     @Flag(name: .long, help: "Remove the harmless leftovers of a crash and put back torn blocks from the undo journal (needs the vault unmounted).")
     var repair = false
 
-    @Option(name: .long, help: ArgumentHelp("This machine's state directory for the vault, if the mount was given one (--state-dir).", valueName: "dir"))
+    @Option(name: .long, help: ArgumentHelp(
+        "This machine's state directory for the vault, if the mount was given one (--state-dir).",
+        valueName: "dir"))
     var stateDir: String?
 
     @Argument(help: "The vault's backing directory.")
@@ -169,22 +175,35 @@ struct FsckCommand: ParsableCommand {
                 fflush(nil)  // every stream: stdout before the raw write to fd 1 (stdout itself is a C global Swift 6 refuses)
             }, progress: { summary in
                 guard onTerminal else { return }
-                FileHandleStandardError.write("\r\u{1b}[Kchecking: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB")
+                FileHandleStandardError.write(
+                    "\r\u{1b}[Kchecking: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB")
             })
             master.wipe()
             let summary = checker.run()
             if onTerminal { FileHandleStandardError.write("\r\u{1b}[K") }
-            let leftovers = summary.leftovers == 0 ? "" : "; \(summary.leftovers) harmless leftover\(summary.leftovers == 1 ? "" : "s") of a crash\(repair ? " repaired" : " (coffer fsck --repair removes them)")"
-            let repaired = summary.repaired == 0 ? "" : "; \(summary.repaired) damaged director\(summary.repaired == 1 ? "y" : "ies") repaired (see above)"
-            let conflicts = summary.conflicts == 0 ? "" : "; \(summary.conflicts) conflict cop\(summary.conflicts == 1 ? "y" : "ies") of a sync engine (each listed; rename or delete them as any file)"
-            let arriving = summary.arriving == 0 ? "" : "; \(summary.arriving) director\(summary.arriving == 1 ? "y" : "ies") still arriving from a sync engine, not checked"
-            let classed = summary.classed == 0 ? "" : "; \(summary.classed) director\(summary.classed == 1 ? "y" : "ies") of a protection class other than complete"
-            let dropped = summary.dropped == 0 ? "" : "; \(summary.dropped) entr\(summary.dropped == 1 ? "y" : "ies") made while locked, not converted yet (a mount converts each when it lists its directory)"
-            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; \(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")\(repaired)\(leftovers)\(conflicts)\(arriving)\(classed)\(dropped)")
+            let leftovers = summary.leftovers == 0 ? ""
+                : "; \(summary.leftovers) harmless leftover\(summary.leftovers == 1 ? "" : "s") of a crash"
+                    + "\(repair ? " repaired" : " (coffer fsck --repair removes them)")"
+            let repaired = summary.repaired == 0 ? ""
+                : "; \(summary.repaired) damaged director\(summary.repaired == 1 ? "y" : "ies") repaired (see above)"
+            let conflicts = summary.conflicts == 0 ? ""
+                : "; \(summary.conflicts) conflict cop\(summary.conflicts == 1 ? "y" : "ies") of a sync engine "
+                    + "(each listed; rename or delete them as any file)"
+            let arriving = summary.arriving == 0 ? ""
+                : "; \(summary.arriving) director\(summary.arriving == 1 ? "y" : "ies") still arriving from a sync engine, not checked"
+            let classed = summary.classed == 0 ? ""
+                : "; \(summary.classed) director\(summary.classed == 1 ? "y" : "ies") of a protection class other than complete"
+            let dropped = summary.dropped == 0 ? ""
+                : "; \(summary.dropped) entr\(summary.dropped == 1 ? "y" : "ies") made while locked, not converted yet "
+                    + "(a mount converts each when it lists its directory)"
+            print("fsck: \(summary.directories) directories, \(summary.files) files, \(summary.bytes >> 20) MiB checked; "
+                  + "\(summary.problems == 0 ? "no problems" : "\(summary.problems) problem\(summary.problems == 1 ? "" : "s")")"
+                  + "\(repaired)\(leftovers)\(conflicts)\(arriving)\(classed)\(dropped)")
             // Every record a crash could need was applied or found unneeded.
             if repair && summary.problems == 0 { try journal?.trim(keepingPending: false) }
             if summary.problems > 0 {
-                throw CommandFailure(status: .damageFound, message: "\(cipherdir): \(summary.problems) problem\(summary.problems == 1 ? "" : "s") found (listed above)")
+                throw CommandFailure(status: .damageFound,
+                                     message: "\(cipherdir): \(summary.problems) problem\(summary.problems == 1 ? "" : "s") found (listed above)")
             }
         }
     }
@@ -237,7 +256,8 @@ struct WipeCommand: ParsableCommand {
             let root = try openVaultDirectory()
             let name = URL(fileURLWithPath: cipherdir).lastPathComponent
             if !yes {
-                FileHandleStandardError.write("This destroys the keys of \(cipherdir): nothing in it can be decrypted afterwards.\nType the directory's name (\(name)) to confirm: ")
+                FileHandleStandardError.write("This destroys the keys of \(cipherdir): nothing in it can be decrypted afterwards.\n"
+                                              + "Type the directory's name (\(name)) to confirm: ")
                 let answer = readLine(strippingNewline: true) ?? ""
                 guard answer == name else {
                     throw CommandFailure(status: .notConfirmed, message: "not confirmed; nothing was wiped")
@@ -253,7 +273,9 @@ struct WipeCommand: ParsableCommand {
                 unreachable.append("pid \(daemon.pid)" + (daemon.uid.map { " (uid \($0))" } ?? "")
                                    + (daemon.socket.map { ", socket \($0)" } ?? "") + ": " + why)
             }
-            let daemons = unreachable.isEmpty ? "" : "; could not lock or end the daemon(s) still serving the vault: \(unreachable.joined(separator: "; ")); end them as their owner or as root"
+            let daemons = unreachable.isEmpty ? ""
+                : "; could not lock or end the daemon(s) still serving the vault: \(unreachable.joined(separator: "; ")); "
+                    + "end them as their owner or as root"
             let report: KeySlotReport
             do {
                 report = try destroyed.get()
@@ -268,7 +290,9 @@ struct WipeCommand: ParsableCommand {
             }
             if !report.notDestroyed.isEmpty {
                 let count = report.notDestroyed.count
-                throw CommandFailure(status: .wipeIncomplete, message: "\(cipherdir): \(count) cop\(count == 1 ? "y" : "ies") of the key slots could not be overwritten (named above); everything else is destroyed and no daemon serves the vault")
+                throw CommandFailure(status: .wipeIncomplete,
+                                     message: "\(cipherdir): \(count) cop\(count == 1 ? "y" : "ies") of the key slots could not be overwritten "
+                                         + "(named above); everything else is destroyed and no daemon serves the vault")
             }
             print("Wiped \(cipherdir): its key slots are destroyed.")
         }
