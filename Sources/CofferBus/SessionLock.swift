@@ -52,7 +52,8 @@ public final class SessionLock: Sendable {
                 guard let path = message.path else { return }
                 lockIfOwners(path, why: "screen lock")
             }
-            try bus.addMatch("\(sent),interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',arg0='\(Self.session)'") { [self] message in
+            let hintChanged = "\(sent),interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',arg0='\(Self.session)'"
+            try bus.addMatch(hintChanged) { [self] message in
                 guard let path = message.path, (try? Self.lockedHintTurnsTrue(message)) == true else { return }
                 lockIfOwners(path, why: "screen locked")
             }
@@ -63,7 +64,9 @@ public final class SessionLock: Sendable {
                 sleeping ? lockBeforeSleep() : takeInhibitor()
             }
             // A restarted logind knows no inhibitor of before: take a new one from it.
-            try bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.logind)'") { [self] message in
+            let ownerChanged = "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',"
+                + "arg0='\(Self.logind)'"
+            try bus.addMatch(ownerChanged) { [self] message in
                 guard (try? message.readString()) == Self.logind, let old = try? message.readString(),
                       let new = try? message.readString() else { return }
                 if new.isEmpty {
@@ -77,7 +80,9 @@ public final class SessionLock: Sendable {
             }
             let fd = try bus.call(try inhibitCall()).readDescriptor()
             inhibitor.withLock { $0 = fd }
-            bus.logger.notice("session: a suspend waits for the vault's lock (logind delay inhibitor held; grace before sleep at most \(suspendGrace) s)")
+            bus.logger.notice("""
+                session: a suspend waits for the vault's lock (logind delay inhibitor held; grace before sleep at most \(suspendGrace) s)
+                """)
         }
     }
 

@@ -300,13 +300,15 @@ public final class ControlServer: Sendable {
         case .unlock:
             guard let kind = request.secret, let length = request.secretLength,
                   length > 0, length <= ControlProtocol.maxSecret else {
-                return reply(fd, .failure(ControlError.malformed, "unlock needs a secret kind and a length of 1…\(ControlProtocol.maxSecret) bytes"))
+                return reply(fd, .failure(ControlError.malformed,
+                                          "unlock needs a secret kind and a length of 1…\(ControlProtocol.maxSecret) bytes"))
             }
             if kind == .slotKey, !(request.slot.map(SlotFile.isID) ?? false) {
                 return reply(fd, .failure(ControlError.malformed, "unlock with a slot key needs the slot's id (32 lowercase hex digits)"))
             }
             if let slot = request.slot, kind == .recoveryKey || !SlotFile.isID(slot) {
-                return reply(fd, .failure(ControlError.malformed, "a slot is named by its id (32 lowercase hex digits), with a passphrase or a slot key"))
+                return reply(fd, .failure(ControlError.malformed,
+                                          "a slot is named by its id (32 lowercase hex digits), with a passphrase or a slot key"))
             }
             guard let secret = Frames.readSecret(fd, length: length, by: deadline) else {
                 return reply(fd, .failure(ControlError.timeout, "the secret was truncated or did not arrive in time"))

@@ -117,7 +117,9 @@ public final class EventHub: Sendable {
         }
         // Its reader sees the end at once; the reading thread lets go of it.
         for connection in full { shutdown(connection.fd, Int32(SHUT_RDWR)) }
-        logger.notice("events: \(full.count) subscriber\(full.count == 1 ? "" : "s") dropped: \(full.count == 1 ? "it does" : "they do") not read what is sent")
+        logger.notice("""
+            events: \(full.count) subscriber\(full.count == 1 ? "" : "s") dropped: \(full.count == 1 ? "it does" : "they do") not read what is sent
+            """)
         wake()
     }
 

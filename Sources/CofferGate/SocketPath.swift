@@ -47,7 +47,8 @@ public enum SocketPath {
         guard st.st_mode & S_IFMT == S_IFDIR else { throw fail("not a directory (a symlink?)") }
         guard st.st_uid == uid else {
             // Another user made it first (in /tmp anyone can): say so, and the way round it.
-            throw fail("owned by uid \(st.st_uid), not \(uid): another user holds it; give \(purpose == "the control socket" ? "--socket PATH, or set XDG_RUNTIME_DIR" : "--state-dir DIR")")
+            let wayRound = purpose == "the control socket" ? "--socket PATH, or set XDG_RUNTIME_DIR" : "--state-dir DIR"
+            throw fail("owned by uid \(st.st_uid), not \(uid): another user holds it; give \(wayRound)")
         }
         guard st.st_mode & 0o077 == 0 else { throw fail("mode \(String(st.st_mode & 0o777, radix: 8)) lets others in (must be 0700)") }
     }
@@ -56,7 +57,10 @@ public enum SocketPath {
     /// made safe and short, and a hash of the whole path (sockets are limited to 107 bytes).
     public static func name(forMountpoint mountpoint: String) -> String {
         let last = mountpoint.split(separator: "/").last.map(String.init) ?? "root"
-        let safe = String(last.unicodeScalars.map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) ? Character($0) : "_" }.prefix(24))
+        let safe = String(last.unicodeScalars.map { scalar -> Character in
+            let kept = scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar) || "._-".unicodeScalars.contains(scalar))
+            return kept ? Character(scalar) : "_"
+        }.prefix(24))
         let hash = Hash.blake2b256(Array(mountpoint.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
         return "\(safe)-\(hash).sock"
     }

@@ -161,7 +161,10 @@ final class Daemon {
         let got = MountPoint.isMounted(target)?.superOptions ?? []
         if got.contains("allow_other") && !got.contains("default_permissions") {
             session.unmount()
-            throw CommandFailure(status: .usage, message: "-o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes (default_permissions)")
+            throw CommandFailure(status: .usage, message: """
+                -o allow_other (in whatever spelling) is refused: use --allow-other, which also makes the kernel enforce file modes \
+                (default_permissions)
+                """)
         }
         startBackgroundWork()
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
@@ -171,7 +174,9 @@ final class Daemon {
         session.run(threads: settings.threads)
         shutDown()
         if session.endedByFailure {
-            throw CommandFailure(status: .failure, message: "the mount of \(target) ended because its io_uring transport failed (the daemon's log says which call)")
+            throw CommandFailure(status: .failure, message: """
+                the mount of \(target) ended because its io_uring transport failed (the daemon's log says which call)
+                """)
         }
     }
 
@@ -217,7 +222,10 @@ final class Daemon {
         } catch where given == nil {
             // A user without a writable home (a system account): the journal stays in
             // CIPHERDIR, as before coffer kept it apart; durable all the same.
-            logger.warning("no state directory (\(error)); the undo journal is kept in CIPHERDIR, where a sync engine would carry it: give --state-dir if the vault is synced")
+            logger.warning("""
+                no state directory (\(error)); the undo journal is kept in CIPHERDIR, where a sync engine would carry it: give --state-dir if the \
+                vault is synced
+                """)
             return nil
         } catch {
             throw CommandFailure(status: .stateDirectoryUnusable, message: "\(error)")

@@ -37,7 +37,8 @@ struct MountTarget: ParsableArguments {
             let response = try sendOnce(request, secret: secret)
             guard response.error == ControlError.busy else { return try checked(response) }
             guard waited < 10_000_000 else {
-                throw CommandFailure(status: .daemonBusy, message: "the daemon for \(mountpoint) stayed busy for 10 s (a flood of connections to its control socket); nothing was done, try again")
+                throw CommandFailure(status: .daemonBusy, message: "the daemon for \(mountpoint) stayed busy for 10 s "
+                                     + "(a flood of connections to its control socket); nothing was done, try again")
             }
             usleep(pause)
             waited += pause
@@ -135,13 +136,15 @@ struct UnlockCommand: ParsableCommand {
     @Option(name: .long, help: "Unlock with the recovery key in this file instead of the passphrase.")
     var recoveryKeyFile: String?
 
-    @Flag(name: .long, help: "Unlock with this machine's TPM: every TPM2 slot of the vault sealed by this TPM is tried (coffer keyslot add --tpm2); no secret is asked.")
+    @Flag(name: .long, help: ArgumentHelp("Unlock with this machine's TPM: every TPM2 slot of the vault sealed by this TPM is tried "
+                                          + "(coffer keyslot add --tpm2); no secret is asked."))
     var tpm2 = false
 
     @Flag(name: .long, help: "Unlock with a slot key kept in your desktop keyring (coffer keyslot add --keyring); no secret is asked.")
     var keyring = false
 
-    @Option(name: .long, help: ArgumentHelp("Try the passphrase on this passphrase slot alone (a label or id; coffer keyslot list shows them), even one whose costs are above the vault's.", valueName: "label-or-id"))
+    @Option(name: .long, help: ArgumentHelp("Try the passphrase on this passphrase slot alone (a label or id; coffer keyslot list shows "
+                                            + "them), even one whose costs are above the vault's.", valueName: "label-or-id"))
     var slot: String?
 
     @OptionGroup var target: MountTarget
@@ -202,7 +205,8 @@ struct LockCommand: ParsableCommand {
         commandName: "lock",
         abstract: "Lock a mounted vault in place: flush, wipe the keys, purge the kernel's caches.")
 
-    @Flag(name: .long, help: "Announce the lock to programs subscribed to `coffer events` and wait the mount's --lock-grace first (at once otherwise).")
+    @Flag(name: .long, help: ArgumentHelp("Announce the lock to programs subscribed to `coffer events` and wait the mount's --lock-grace "
+                                          + "first (at once otherwise)."))
     var grace = false
 
     @OptionGroup var target: MountTarget
@@ -279,13 +283,19 @@ struct StatusCommand: ParsableCommand {
                 print(String(decoding: try encoder.encode(status), as: UTF8.self))
                 return
             }
+            let idleLock = status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock"
+            let announced = status.lockGraceSeconds.map { $0 > 0 ? String(format: ", announced %.0f s before", $0) : "" } ?? ""
+            let bus = status.busName.map { "on the session bus as \($0)" } ?? status.busProblem.map { "not on D-Bus: \($0)" } ?? "not on D-Bus"
+            let lockOn = (status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and ")
+            let keptOpen = status.filesKeptOpen.map { $0 > 0 ? "; \($0) open file\($0 == 1 ? "" : "s") kept through the lock" : "" } ?? ""
+            let retry = status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : ""
             print("""
                 State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
-                Idle:            \(status.idleSeconds) s\(status.idleLockSeconds.map { ", locks after \($0) s idle" } ?? ", no idle lock")\(status.lockGraceSeconds.map { $0 > 0 ? String(format: ", announced %.0f s before", $0) : "" } ?? "")
+                Idle:            \(status.idleSeconds) s\(idleLock)\(announced)
                 Subscribers:     \(status.subscribers.map(String.init) ?? "none (no events)") to coffer events
-                Desktop:         \(status.busName.map { "on the session bus as \($0)" } ?? status.busProblem.map { "not on D-Bus: \($0)" } ?? "not on D-Bus")\((status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and "))
-                Protection:      \((status.protectionClasses ?? ["complete"]).joined(separator: ", "))\(status.filesKeptOpen.map { $0 > 0 ? "; \($0) open file\($0 == 1 ? "" : "s") kept through the lock" : "" } ?? "")
-                Failed unlocks:  \(status.failedAttempts)\(status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : "")
+                Desktop:         \(bus)\(lockOn)
+                Protection:      \((status.protectionClasses ?? ["complete"]).joined(separator: ", "))\(keptOpen)
+                Failed unlocks:  \(status.failedAttempts)\(retry)
                 Mountpoint:      \(status.mountpoint)
                 Vault:           \(status.vault) (format \(status.formatVersion))
                 Control socket:  \(status.socket)

@@ -15,6 +15,8 @@ struct InfoCommand: ParsableCommand {
             let vault = try Vault.open(at: cipherdir)
             let config = vault.config
             let copies = vault.configConflictCopies()
+            let classes = config.hasProtectionClasses ? "complete (default), unless-open: per directory (coffer protect)"
+                : "complete (format \(config.format) has no other protection class)"
             print("""
                 Vault:          \(cipherdir)
                 Format version: \(config.format)
@@ -22,13 +24,14 @@ struct InfoCommand: ParsableCommand {
                 Names:          BLAKE2b-SIV + XChaCha20, per-directory IV, base64url
                 Key derivation: \(config.kdf.algorithm), \(config.kdf.opsLimit) passes, \(config.kdf.memLimit >> 20) MiB
                 Key slots:      \(config.slots.map(\.kind).joined(separator: ", "))
-                Protection:     \(config.hasProtectionClasses ? "complete (default), unless-open: per directory (coffer protect)" : "complete (format \(config.format) has no other protection class)")
+                Protection:     \(classes)
                 Created:        \(config.created)
                 """)
             if !copies.isEmpty {
                 // A passphrase changed on two machines before they synced.
+                let names = copies.map(\.name).joined(separator: ", ")
                 print("""
-                    Config copies:  \(copies.count) conflict cop\(copies.count == 1 ? "y" : "ies") of coffer.conf (\(copies.map(\.name).joined(separator: ", "))):
+                    Config copies:  \(copies.count) conflict cop\(copies.count == 1 ? "y" : "ies") of coffer.conf (\(names)):
                                     the passphrase was changed on two machines; either passphrase unlocks
                                     until `coffer passwd` sets one and removes the copies
                     """)
