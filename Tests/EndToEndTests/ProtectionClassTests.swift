@@ -607,4 +607,24 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 0, fsck.stdout)
         XCTAssertFalse(fsck.stdout.contains("leftover"), fsck.stdout)
     }
+
+    /// A sync engine's conflict copy of a file made while locked holds the same file ID;
+    /// removing the copy leaves the original's key record, and the original reads.
+    func testRemovingAConflictCopyLeavesTheOriginalsKeyRecord() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir bg && '\(Harness.coffer)' protect --class unless-open bg > /dev/null && ls bg
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            echo 'made while locked' > bg/mail
+            '\(Harness.coffer)' unlock --passfile '\(vault.passfile)' "$M" > /dev/null
+            backing=$(find "$C" -inum "$(stat -c %i bg/mail)" | head -1)
+            cp -p "$backing" "$backing.sync-conflict-20261128-093000-ABCDEFG"
+            copy=$(ls bg | grep sync-conflict) || { echo "the copy is not shown"; ls bg; exit 1; }
+            rm "bg/$copy"
+            ls '\(vault.cipherdir)/coffer.drops' | wc -l
+            cat bg/mail
+            """), "a conflict copy removed")
+        XCTAssertEqual(vault.sh("cat bg/mail").stdout, "made while locked\n", vault.log)
+        XCTAssertEqual(Harness.sh("ls '\(vault.cipherdir)/coffer.drops' | wc -l").stdout, "1\n", "the original's record went")
+    }
 }
