@@ -106,7 +106,7 @@ final class DesktopSession {
         events?.listen { [object] event in
             switch event.change {
             case .willLock(let reason, let grace):
-                object?.announce(.willLock(reason: reason.rawValue, grace: grace, deadline: event.at.addingTimeInterval(grace)))
+                object?.announce(.willLock(reason: reason.rawValue, grace: grace, deadline: event.deadline ?? event.at))
             case .locked(let reason):
                 object?.announce(.locked(reason: reason.rawValue))
                 SystemdNotify.send("STATUS=\(Self.statusLine(mountpoint, locked: true))")
