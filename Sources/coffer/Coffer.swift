@@ -11,6 +11,7 @@ struct Coffer: ParsableCommand {
             coffer keeps a directory's contents and names encrypted in a backing directory \
             (CIPHERDIR). Create one with `coffer init`. Exit statuses are listed in docs/guide/exit-statuses.md.
             """,
+        version: cofferVersion,
         subcommands: [InitCommand.self, InfoCommand.self, MountCommand.self, UnlockCommand.self, LockCommand.self, StatusCommand.self,
                       EventsCommand.self, ProtectCommand.self, UnmountCommand.self, PasswdCommand.self, KeySlotCommand.self,
                       FsckCommand.self, WipeCommand.self, SpeedCommand.self, KDFHelperCommand.self, MountHelperCommand.self])
