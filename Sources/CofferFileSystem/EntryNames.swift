@@ -5,42 +5,50 @@
 import Glibc
 import Synchronization
 
-/// Sendable, unchecked: every access to `byHash` is under `lock`; the buffers are owned
-/// here and `forEach` lends a name only for its body, under the lock. (The Mutex cannot
-/// own them as its value: the lent buffer pointers are not Sendable, and `forEach`'s
-/// body would join the Mutex's region — "inout sending parameter cannot be
-/// task-isolated". It guards them as a plain lock instead.) A leaf lock.
-final class EntryNames: @unchecked Sendable {
-    private let lock = Mutex(())
+/// Sendable: the buffers are owned by the Mutex's value and lent out only as a `Span`
+/// (checked, and valid only for the body it is lent to), under the lock. A leaf lock.
+final class EntryNames: Sendable {
     /// Names by a hash of their bytes (Hasher is seeded per process).
-    private var byHash: [Int: [UnsafeMutableBufferPointer<UInt8>]] = [:]
+    private struct Buffers: ~Copyable {
+        var byHash: [Int: [UnsafeMutableBufferPointer<UInt8>]] = [:]
 
-    deinit { forgetAll() }
-
-    func insert(_ name: [UInt8]) {
-        let key = name.hashValue
-        lock.withLock { _ in
-            let bucket = byHash[key, default: []]
-            guard !bucket.contains(where: { $0.elementsEqual(name) }) else { return }
-            let copy = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: name.count)
-            _ = copy.initialize(from: name)
-            byHash[key] = bucket + [copy]
+        mutating func forgetAll() {
+            Self.free(byHash)
+            byHash = [:]
         }
-    }
 
-    /// Calls `body` with every name (its bytes are valid only during the call).
-    func forEach(_ body: (UnsafeBufferPointer<UInt8>) -> Void) {
-        lock.withLock { _ in byHash.values.joined().forEach { body(UnsafeBufferPointer($0)) } }
-    }
+        deinit { Self.free(byHash) }
 
-    /// Zeroes and frees every name.
-    func forgetAll() {
-        lock.withLock { _ in
+        private static func free(_ byHash: [Int: [UnsafeMutableBufferPointer<UInt8>]]) {
             for name in byHash.values.joined() {
                 if let base = name.baseAddress { explicit_bzero(base, name.count) }
                 name.deallocate()
             }
-            byHash = [:]
         }
+    }
+
+    private let buffers = Mutex(Buffers())
+
+    func insert(_ name: [UInt8]) {
+        let key = name.hashValue
+        buffers.withLock { buffers in
+            let bucket = buffers.byHash[key, default: []]
+            guard !bucket.contains(where: { $0.elementsEqual(name) }) else { return }
+            let copy = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: name.count)
+            _ = copy.initialize(from: name)
+            buffers.byHash[key] = bucket + [copy]
+        }
+    }
+
+    /// Calls `body` with every name (lent for the call only).
+    func forEach(_ body: (Span<UInt8>) -> Void) {
+        buffers.withLock { buffers in
+            for name in buffers.byHash.values.joined() { body(UnsafeBufferPointer(name).span) }
+        }
+    }
+
+    /// Zeroes and frees every name.
+    func forgetAll() {
+        buffers.withLock { $0.forgetAll() }
     }
 }

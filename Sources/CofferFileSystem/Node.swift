@@ -205,7 +205,7 @@ public final class Node: Sendable {
     func cachedNameCopies() -> [[UInt8]] {
         guard let names = state.withLock({ $0.cachedNames }) else { return [] }
         var copies: [[UInt8]] = []
-        names.forEach { copies.append(Array($0)) }
+        names.forEach { name in copies.append(name.withUnsafeBufferPointer { Array($0) }) }
         return copies
     }
 

@@ -313,7 +313,7 @@ public final class PlainFileSystem: Sendable {
         for node in nodes.allNodes() {
             guard let names = node.takeCachedNames() else { continue }
             let id = nodes.id(of: node)
-            names.forEach { invalidate(id, $0) }
+            names.forEach { name in name.withUnsafeBufferPointer { invalidate(id, $0) } }
             names.forgetAll()
         }
     }
