@@ -47,8 +47,14 @@ let package = Package(
         // Layer 3½: the plaintext file system — POSIX operations on nodes of a vault,
         // the key gate. FUSE-shaped (node ids, lookup counts) but imports no FUSE.
         .target(name: "CofferFileSystem", dependencies: ["CofferVault", "CofferCrypto", "CofferSystem", logging]),
+        // Layer 4, the transport: FUSE over io_uring — the rings that carry the kernel's
+        // requests and replies, given libfuse's dispatch and a read to serve; knows no
+        // libfuse handler and no file system.
+        .target(name: "CofferUring", dependencies: ["CFuse", "CLinux", "CofferSystem", logging]),
         // Layer 4: the FUSE bridge — kernel requests to file-system calls, no crypto.
-        .target(name: "CofferFUSE", dependencies: ["CFuse", "CLinux", "CofferFileSystem", "CofferVault", "CofferSystem", logging]),
+        .target(name: "CofferFUSE", dependencies: [
+            "CFuse", "CofferUring", "CofferFileSystem", "CofferVault", "CofferSystem", logging,
+        ]),
         // Layer 5: the gate — locked/unlocked state and the control socket.
         .target(name: "CofferGate", dependencies: [
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", logging,
@@ -77,10 +83,11 @@ let package = Package(
             "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "TestSupport",
         ]),
         .testTarget(name: "CofferFUSETests", dependencies: ["CofferFUSE", "CofferVault", "CofferSystem"]),
-        // The io_uring transport and the session's hooks with a file system, a logger and
-        // (where the kernel serves FUSE over io_uring) a real mount, in this process.
+        // The io_uring transport (its hand-over, its tickets, its failures) and the
+        // session's hooks with a file system, a logger and (where the kernel serves FUSE
+        // over io_uring) a real mount, in this process.
         .testTarget(name: "UringTransportTests", dependencies: [
-            "CofferFUSE", "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", "TestSupport", logging,
+            "CofferUring", "CofferFUSE", "CofferFileSystem", "CofferVault", "CofferCrypto", "CofferSystem", "CLinux", "TestSupport", logging,
         ]),
         .testTarget(name: "CofferGateTests", dependencies: ["CofferGate", "CofferFileSystem", "CofferVault"]),
         // The D-Bus layer without a bus: messages made on a connection nothing answers.

@@ -182,16 +182,3 @@ int clinux_uring_collect(clinux_uring *ring) {
     ring->unsubmitted -= (unsigned)n;
     return *ring->cq_head != __atomic_load_n(ring->cq_tail, __ATOMIC_ACQUIRE);
 }
-
-static _Thread_local void *reply_area;
-static _Thread_local size_t reply_area_size;
-
-void clinux_set_reply_area(void *area, size_t size) {
-    reply_area = area;
-    reply_area_size = size;
-}
-
-void *clinux_reply_area(size_t *size) {
-    *size = reply_area_size;
-    return reply_area;
-}

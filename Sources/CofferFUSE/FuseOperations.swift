@@ -237,9 +237,6 @@ enum FuseOperations {
     static func read(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ size: Int, _ offset: off_t,
                      _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         replying(req) {
-            if let area = UringTransport.replyArea(), size <= area.count {
-                return try readInPlace(req, size: size, offset: offset, handle: fi!.pointee.fh, into: area)
-            }
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
             // Plaintext must not linger in freed memory after a lock; a read that failed
             // on a damaged block may have left the blocks it opened.
@@ -249,21 +246,19 @@ enum FuseOperations {
         }
     }
 
-    /// A read over io_uring: decrypted straight into the ring entry its reply goes out
-    /// of, which is wiped once the kernel has taken what the reply carries. What else
-    /// the read left there (past a short read's end, or all of a failed one's) is wiped
-    /// before the reply.
-    private static func readInPlace(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64,
-                                    into area: UnsafeMutableRawBufferPointer) throws {
-        let n: Int
+    /// A read over io_uring (UringTransport.Reader): deciphered straight into the ring
+    /// entry its reply goes out of, which is wiped once the kernel has taken what the
+    /// reply carries. What else the read left there (past a short read's end, or all of
+    /// a failed one's) is wiped here. The count, or -errno.
+    static func read(_ fs: PlainFileSystem, handle: UInt64, at offset: Int64, into area: UnsafeMutableRawBufferPointer) -> Int {
         do {
-            n = try fs(req).read(handle, into: UnsafeMutableRawBufferPointer(rebasing: area[..<size]), at: Int64(offset))
+            let n = try fs.read(handle, into: area, at: offset)
+            if n < area.count { explicit_bzero(area.baseAddress! + n, area.count - n) }
+            return n
         } catch {
-            explicit_bzero(area.baseAddress!, size)
-            throw error
+            explicit_bzero(area.baseAddress!, area.count)
+            return -Int(errorCode(fs, error, operation: "read"))
         }
-        if n < size { explicit_bzero(area.baseAddress! + n, size - n) }
-        fuse_reply_buf(req, area.baseAddress?.assumingMemoryBound(to: CChar.self), n)
     }
 
     static func write(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ data: UnsafePointer<CChar>?, _ size: Int, _ offset: off_t,
@@ -395,12 +390,17 @@ private func replying(_ req: fuse_req_t?, operation: String = #function, _ body:
 /// names the operation and the error, never a plaintext name: errors below the bridge
 /// carry backing (encrypted) names only.
 private func replyError(_ req: fuse_req_t?, _ error: Error, operation: String) {
+    fuse_reply_err(req, errorCode(fs(req), error, operation: operation))
+}
+
+/// The errno that answers `error`, logged as `replyError` says.
+private func errorCode(_ fs: PlainFileSystem, _ error: Error, operation: String) -> Int32 {
     let code = ErrnoMapping.code(for: error)
     if !ErrnoMapping.isExpected(error) {
         let name = operation.prefix { $0 != "(" }
-        fs(req).logger.error("\(name): unexpected error, answered errno \(code): \(error)")
+        fs.logger.error("\(name): unexpected error, answered errno \(code): \(error)")
     }
-    fuse_reply_err(req, code)
+    return code
 }
 
 /// Success for a request whose reply carries no data (libfuse's fuse_reply_err with 0).

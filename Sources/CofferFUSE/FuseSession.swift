@@ -4,6 +4,7 @@
 import CFuse
 import CofferFileSystem
 import CofferSystem
+import CofferUring
 import Glibc
 import Synchronization
 
@@ -55,7 +56,8 @@ public final class FuseSession: Sendable {
         self.link = link
         let loop = ServingLoop()
         self.loop = loop
-        let io = SessionIO(fs: fs, ringCalls: options.ringCalls, loop: loop)
+        let debug = options.extra.flatMap { $0.split(separator: ",") }.contains("debug")
+        let io = SessionIO(fs: fs, ringCalls: options.ringCalls, loop: loop, debug: debug)
         self.io = io
         // fuse_session_new copies the operations table.
         var ops = FuseOperations.table()

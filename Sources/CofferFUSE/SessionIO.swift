@@ -21,33 +21,44 @@
 // INIT is done, a reply costs a bit test and one atomic load here.
 import CFuse
 import CofferFileSystem
+import CofferUring
 import Glibc
 import Logging
 import Synchronization
 
-/// Sendable, unchecked: the plain fields are set in `install`, before the session reads
-/// its first request, and only read afterwards; the rest is atomic or in a Mutex.
-final class SessionIO: @unchecked Sendable {
+/// Sendable: what `install` sets is in a Mutex (read at INIT, once), the rest atomic.
+final class SessionIO: Sendable {
     let fs: PlainFileSystem
     private let logger: Logger
     private let ringCalls: UringTransport.RingCalls
     private let loop: ServingLoop
-    private var session: OpaquePointer?
-    private var fuseFD: Int32 = -1
-    private var wantsUring = false
-    private var settled: @Sendable (String) -> Void = { _ in }
+    /// libfuse logs each request it dispatches (`-o debug`); the reads the rings serve
+    /// without it are logged here in the same shape.
+    private let debug: Bool
+    /// What `install` was given, before the session reads its first request.
+    private struct Installed {
+        /// The session (libfuse's fuse_session), by address: libfuse serves it from
+        /// every thread.
+        var session: UInt
+        var fuseFD: Int32
+        var wantsUring: Bool
+        var settled: @Sendable (String) -> Void
+    }
+    private let installed = Mutex<Installed?>(nil)
     /// Until the INIT reply is written.
     private let initPending = Atomic<Bool>(true)
     private let initRequest = Mutex<InitRequest?>(nil)
-    /// The running UringTransport (retained), or nil.
-    private let uring = Atomic<UnsafeMutableRawPointer?>(nil)
+    /// The running UringTransport (retained), by address, or 0: one atomic load per
+    /// reply, where a Mutex would be a lock.
+    private let uring = Atomic<UInt>(0)
 
     /// The context of a session of `fs`; a ring that fails ends `loop`.
-    init(fs: PlainFileSystem, ringCalls: UringTransport.RingCalls, loop: ServingLoop) {
+    init(fs: PlainFileSystem, ringCalls: UringTransport.RingCalls, loop: ServingLoop, debug: Bool = false) {
         self.fs = fs
         self.logger = fs.logger
         self.ringCalls = ringCalls
         self.loop = loop
+        self.debug = debug
     }
 
     /// The context libfuse hands back: the session's user data.
@@ -59,10 +70,7 @@ final class SessionIO: @unchecked Sendable {
     /// `uring`, INIT asks for io_uring if the kernel offers it. `settled` is told which
     /// transport the kernel's INIT settled on.
     func install(on session: OpaquePointer, fd: Int32, uring: Bool, settled: @escaping @Sendable (String) -> Void) -> Bool {
-        self.session = session
-        self.fuseFD = fd
-        self.wantsUring = uring
-        self.settled = settled
+        installed.withLock { $0 = Installed(session: UInt(bitPattern: session), fuseFD: fd, wantsUring: uring, settled: settled) }
         var io = Self.hooks
         return fuse_session_custom_io(session, &io, fd) == 0
     }
@@ -93,7 +101,7 @@ final class SessionIO: @unchecked Sendable {
         }
         if let ticket = RingTicket(unique: header.unique) {
             // Tickets exist only while the rings serve (`stopRings` waits for the last).
-            guard let transport = uring.load(ordering: .acquiring) else {
+            guard let transport = UnsafeMutableRawPointer(bitPattern: uring.load(ordering: .acquiring)) else {
                 logger.error("a reply to io_uring queue \(ticket.queue) entry \(ticket.entry) after the rings stopped: dropped")
                 return Int(UringTransport.outHeaderSize)
             }
@@ -113,17 +121,19 @@ final class SessionIO: @unchecked Sendable {
     private func answerInit(_ request: InitRequest, _ fd: Int32, _ iov: UnsafeMutablePointer<iovec>, _ count: Int32,
                             reply: UnsafeMutableRawPointer) -> Int {
         initPending.store(false, ordering: .releasing)
+        guard let setup = installed.withLock({ $0 }) else { return Glibc.writev(fd, iov, count) }
+        let wantsUring = setup.wantsUring
         var out = reply.load(as: fuse_init_out.self)
         let offered = InitReply.offersUring(request)
-        let transport = wantsUring && offered ? makeRings(for: out) : nil
+        let transport = wantsUring && offered ? makeRings(for: out, setup) : nil
         InitReply.rewrite(&out, offered: request, uring: transport != nil)
         reply.storeBytes(of: out, as: fuse_init_out.self)
         let written = Glibc.writev(fd, iov, count)
         if let transport, written >= 0 {
-            uring.store(Unmanaged.passRetained(transport).toOpaque(), ordering: .releasing)
+            uring.store(UInt(bitPattern: Unmanaged.passRetained(transport).toOpaque()), ordering: .releasing)
             transport.start()
         }
-        settled(transport != nil && written >= 0 ? "io_uring"
+        setup.settled(transport != nil && written >= 0 ? "io_uring"
                 : !wantsUring ? "/dev/fuse"
                 : !offered ? "/dev/fuse (io_uring was asked for: the kernel did not offer it)"
                 : "/dev/fuse (io_uring was asked for: the rings could not be made)")
@@ -132,15 +142,18 @@ final class SessionIO: @unchecked Sendable {
 
     /// The rings for the INIT `reply` libfuse is about to give; nil (and /dev/fuse only)
     /// if they cannot be made.
-    private func makeRings(for reply: fuse_init_out) -> UringTransport? {
-        guard let session else { return nil }
-        let address = UInt(bitPattern: session)
+    private func makeRings(for reply: fuse_init_out, _ setup: Installed) -> UringTransport? {
+        let address = setup.session
         do {
             return try UringTransport(
-                fuseFD: fuseFD, payloadCapacity: InitReply.payloadCapacity(for: reply), calls: ringCalls, logger: logger,
+                fuseFD: setup.fuseFD, payloadCapacity: InitReply.payloadCapacity(for: reply), calls: ringCalls, logger: logger,
                 dispatcher: { buffer, length in
                     var request = fuse_buf(size: length, flags: fuse_buf_flags(rawValue: 0), mem: buffer, fd: -1, pos: 0)
                     fuse_session_process_buf(OpaquePointer(bitPattern: address), &request)
+                },
+                reader: { [fs, debug] request, area in
+                    if debug { Self.logDebug(request) }
+                    return FuseOperations.read(fs, handle: request.handle, at: request.offset, into: area)
                 },
                 failed: { [loop] in loop.end(OpaquePointer(bitPattern: address)!) })
         } catch {
@@ -149,12 +162,23 @@ final class SessionIO: @unchecked Sendable {
         }
     }
 
+    /// A read served on a ring, in libfuse's debug log (standard error) as libfuse logs
+    /// the requests it dispatches.
+    private static func logDebug(_ request: UringTransport.ReadRequest) {
+        let line = """
+            unique: \(request.unique), opcode: READ (\(FUSE_READ.rawValue)), nodeid: \(request.node), pid: \(request.pid) \
+            (io_uring), read \(request.size) bytes from \(request.offset)
+
+            """
+        _ = line.withCString { Glibc.write(STDERR_FILENO, $0, strlen($0)) }
+    }
+
     /// True once requests go through io_uring.
-    var usesUring: Bool { uring.load(ordering: .acquiring) != nil }
+    var usesUring: Bool { uring.load(ordering: .acquiring) != 0 }
 
     /// Ends the rings' threads (after the unmount) and frees them.
     func stopRings() {
-        guard let transport = uring.exchange(nil, ordering: .acquiringAndReleasing) else { return }
+        guard let transport = UnsafeMutableRawPointer(bitPattern: uring.exchange(0, ordering: .acquiringAndReleasing)) else { return }
         Unmanaged<UringTransport>.fromOpaque(transport).takeRetainedValue().stop()
     }
 }

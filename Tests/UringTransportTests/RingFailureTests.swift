@@ -3,6 +3,7 @@
 // fail on cue) and on a real mount over FUSE over io_uring (one CPU's ring made to fail).
 import CLinux
 @testable import CofferFUSE
+@testable import CofferUring
 import CofferFileSystem
 import CofferVault
 import CofferSystem
@@ -12,7 +13,7 @@ import Synchronization
 import TestSupport
 import XCTest
 
-/// A count (or a flag, or an address) the fake ring's calls and the test share.
+/// A count (or a flag, a round, an address) that threads of a test share.
 final class Shared: Sendable {
     let value = Atomic<Int>(0)
     var current: Int { value.load(ordering: .acquiring) }
@@ -42,7 +43,7 @@ final class RingFailureTests: XCTestCase {
     func transport(_ calls: UringTransport.RingCalls, queues: Int, log: LogCapture, ended: DispatchSemaphore,
                    endings: Shared) throws -> UringTransport {
         try UringTransport(fuseFD: -1, payloadCapacity: 8192, queueCount: queues, calls: calls, logger: log.logger,
-                           dispatcher: { _, _ in XCTFail("nothing to dispatch") },
+                           dispatcher: { _, _ in XCTFail("nothing to dispatch") }, reader: { _, _ in -Int(EIO) },
                            failed: {
                                _ = endings.next()
                                ended.signal()

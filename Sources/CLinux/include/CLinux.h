@@ -215,10 +215,5 @@ int clinux_uring_collect(clinux_uring *ring);
 unsigned clinux_uring_unsubmitted(const clinux_uring *ring);
 /// eventfd(0, EFD_CLOEXEC): what wakes a ring's thread (a poll on it completes).
 int clinux_eventfd(void);
-/// The calling thread's reply area: where the reply to the request it is dispatching
-/// goes out (a ring entry's payload), or NULL with 0 bytes outside a ring's dispatch.
-/// Set around each dispatch by the ring's thread; a thread-local, which Swift has not.
-void clinux_set_reply_area(void *area, size_t size);
-void *clinux_reply_area(size_t *size);
 
 #endif

@@ -4,6 +4,7 @@
 import CFuse
 import CLinux
 @testable import CofferFUSE
+@testable import CofferUring
 import Dispatch
 import Foundation
 import Glibc
@@ -131,7 +132,7 @@ final class RingHandOverTests: XCTestCase {
         /// Spins (yielding) until `shared` reaches `round`; false after 10 s.
         @Sendable func reached(_ shared: Shared, _ round: Int) -> Bool {
             let deadline = DispatchTime.now() + 10
-            while shared.value < round {
+            while shared.current < round {
                 if DispatchTime.now() > deadline { return false }
                 sched_yield()
             }
@@ -213,13 +214,6 @@ final class Count: Sendable {
     private let count = Atomic<Int>(0)
     func add() { count.add(1, ordering: .relaxed) }
     var value: Int { count.load(ordering: .relaxed) }
-}
-
-/// A round number one thread publishes and another waits for.
-final class Shared: Sendable {
-    private let round = Atomic<Int>(0)
-    func set(_ value: Int) { round.store(value, ordering: .releasing) }
-    var value: Int { round.load(ordering: .acquiring) }
 }
 
 /// Calls `body` with a two-element iovec array over `header` and `body`, as libfuse

@@ -2,8 +2,9 @@
 // (Linux 6.14 and later): one ring per possible CPU, as the kernel queues requests by the
 // CPU of the caller, each served by one thread. The thread registers its entries' buffers
 // with the kernel, lays each request it receives out as /dev/fuse would have given it,
-// has libfuse dispatch it (a large read on another thread), and commits the reply
-// together with the fetch of the next request, in one system call. /dev/fuse still
+// has libfuse dispatch it — a read it serves itself, through the `Reader` it is given,
+// straight into the entry's buffer (a large read on another thread) — and commits the
+// reply together with the fetch of the next request, in one system call. /dev/fuse still
 // carries INIT, FORGET, INTERRUPT and the notifications; SessionIO sends each reply the
 // way its request came.
 //
@@ -14,14 +15,20 @@
 // ask whether they were interrupted.)
 //
 // A reply goes into the buffer its request came in: a handler must not touch the
-// request's bytes once it has replied (FuseOperations.write zeroes the plaintext first);
-// a read may decipher straight into it (`replyArea`).
+// request's bytes once it has replied (FuseOperations.write zeroes the plaintext first).
+// A read never passes through libfuse: the transport hands its `Reader` the entry's
+// payload with the request's handle and offset, and writes the reply's header itself,
+// so the plaintext is deciphered once, into the buffer the kernel takes it from.
 //
 // A queue whose ring fails (a system call refused, every entry ended by the kernel, its
 // thread not started) would leave its CPU's requests waiting for ever: the kernel has no
 // way back to /dev/fuse once the rings serve. Its thread logs the failure once and has
 // the mount end (`failed`), as a signal would: the daemon unmounts and exits, and the
 // kernel ends every request still queued once the daemon's descriptors close.
+//
+// Layer 4, beside the bridge: this target knows the kernel's FUSE structures and
+// io_uring, not libfuse's handlers nor the file system; CofferFUSE's SessionIO makes
+// the rings and gives them libfuse's dispatch and the file system's read.
 import CFuse
 import CLinux
 import CofferSystem
@@ -30,23 +37,23 @@ import Glibc
 import Logging
 import Synchronization
 
-/// Sendable, unchecked: the queues and their entries are made in init and only read
-/// afterwards; what threads share in an entry is atomic (`HandOver`), and the rest of an
-/// entry is touched by one thread at a time, in the order its hand-over gives.
-final class UringTransport: @unchecked Sendable {
+/// Sendable: the queues and their entries are made in init and only read afterwards;
+/// what threads share in an entry is atomic, in the order its hand-over (`HandOver`)
+/// gives.
+public final class UringTransport: Sendable {
     /// Requests each CPU's queue holds at once.
     static let depth = 8
     private static let register = CLINUX_FUSE_IO_URING_CMD_REGISTER.rawValue
     private static let commitAndFetch = CLINUX_FUSE_IO_URING_CMD_COMMIT_AND_FETCH.rawValue
     static let inHeaderSize = MemoryLayout<fuse_in_header>.size
-    static let outHeaderSize = MemoryLayout<fuse_out_header>.size
+    public static let outHeaderSize = MemoryLayout<fuse_out_header>.size
     /// Where a request's and a reply's header keep the unique ID (the same in both).
     static let uniqueOffset = MemoryLayout<fuse_in_header>.offset(of: \.unique)!
     /// Reads of at least this many bytes are served by other threads (the queue's thread
     /// would otherwise wait for their disk and cipher alone); smaller ones in place,
     /// where a hand-off's wake-ups would cost more than they save. Writes stay in place:
     /// a writer waits for each, so there is nothing to overlap them with.
-    static let handOffSize = UInt32(64 << 10)
+    static let handOffSize = 64 << 10
     /// The operations whose replies carry file contents, names or xattr values: their
     /// bytes are wiped once the kernel has taken them (the others carry attributes,
     /// counts and handles).
@@ -57,7 +64,7 @@ final class UringTransport: @unchecked Sendable {
 
     /// True if this kernel serves FUSE over io_uring (the module's switch is on) and
     /// this process may make a ring; why not, otherwise.
-    static func unavailableReason() -> String? {
+    public static func unavailableReason() -> String? {
         guard (try? KernelFiles.read("/sys/module/fuse/parameters/enable_uring"))?.first == UInt8(ascii: "Y") else {
             return """
                 this kernel does not serve FUSE over io_uring (it needs Linux 6.14 or later with /sys/module/fuse/parameters/enable_uring \
@@ -72,9 +79,24 @@ final class UringTransport: @unchecked Sendable {
 
     /// Has libfuse dispatch the request laid out in `buffer` (its header first), `length`
     /// bytes: `fuse_session_process_buf`, or a test's stand-in.
-    typealias Dispatcher = @Sendable (_ buffer: UnsafeMutableRawPointer, _ length: Int) -> Void
+    public typealias Dispatcher = @Sendable (_ buffer: UnsafeMutableRawPointer, _ length: Int) -> Void
+
+    /// Serves a read: puts the plaintext the request asks for into `area` (the entry's
+    /// payload, as many bytes as the request asks for) and returns how many it put there,
+    /// or -errno. Whatever else it leaves in `area` it wipes first: the transport wipes
+    /// only what the reply carries, once the kernel has it.
+    public typealias Reader = @Sendable (_ request: ReadRequest, _ area: UnsafeMutableRawBufferPointer) -> Int
+
+    /// A read the kernel sent: what libfuse would have given a read handler.
+    public struct ReadRequest: Sendable {
+        /// The kernel's ID of the request, the node read and the caller's process.
+        public let unique: UInt64, node: UInt64, pid: UInt32
+        /// The file handle the open returned, where to read and how many bytes.
+        public let handle: UInt64, offset: Int64, size: Int
+    }
 
     private let dispatcher: Dispatcher
+    private let reader: Reader
     /// Large reads handed to other threads and not yet answered (`stop` waits for them).
     private let handedOff = DispatchGroup()
     private let fuseFD: Int32
@@ -89,15 +111,17 @@ final class UringTransport: @unchecked Sendable {
 
     /// Makes one ring per possible CPU (or `queueCount`) with `depth` entries of
     /// `payloadCapacity` bytes; nothing reaches the kernel before `start`. `calls` are the
-    /// ring calls the threads make (a test's may fail); `failed` ends the mount.
-    init(fuseFD: Int32, payloadCapacity: Int, queueCount: Int = UringTransport.possibleCPUs(),
-         calls: RingCalls = .kernel, logger: Logger, dispatcher: @escaping Dispatcher,
-         failed: @escaping @Sendable () -> Void) throws {
+    /// ring calls the threads make (a test's may fail); `dispatcher` has every request
+    /// but a read served, `reader` every read; `failed` ends the mount.
+    public init(fuseFD: Int32, payloadCapacity: Int, queueCount: Int = UringTransport.possibleCPUs(),
+                calls: RingCalls = .kernel, logger: Logger, dispatcher: @escaping Dispatcher, reader: @escaping Reader,
+                failed: @escaping @Sendable () -> Void) throws {
         self.fuseFD = fuseFD
         self.payloadCapacity = payloadCapacity
         self.calls = calls
         self.logger = logger
         self.dispatcher = dispatcher
+        self.reader = reader
         self.failed = failed
         var queues: [Queue] = []
         for index in 0..<queueCount {
@@ -107,7 +131,7 @@ final class UringTransport: @unchecked Sendable {
     }
 
     /// The kernel makes one queue per possible CPU (not per online one).
-    static func possibleCPUs() -> Int {
+    public static func possibleCPUs() -> Int {
         guard let text = try? KernelFiles.read("/sys/devices/system/cpu/possible") else {
             return Int(sysconf(Int32(_SC_NPROCESSORS_CONF)))
         }
@@ -119,7 +143,7 @@ final class UringTransport: @unchecked Sendable {
 
     /// Starts the queues' threads, which register their entries: call once the INIT
     /// reply asking for io_uring has been written.
-    func start() {
+    public func start() {
         for queue in queues {
             let started = calls.startThread(queue) { self.serve(queue) }
             if started != 0 { fail(queue, RingFailure(call: "pthread_create", code: started)) }
@@ -129,27 +153,33 @@ final class UringTransport: @unchecked Sendable {
     /// Ends the threads: after the unmount, whose abort of the connection ends every
     /// entry (a thread that ended its ring while the mount lived would stall it; one that
     /// failed has ended already, and had the mount end).
-    func stop() {
+    public func stop() {
         handedOff.wait()
         for queue in queues { queue.stop() }
     }
 
     /// Takes the reply to the request `ticket` names: writes it into that entry's buffers
     /// and has its thread commit it. Returns the bytes the reply counts.
-    func reply(_ ticket: RingTicket, error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> Int {
+    public func reply(_ ticket: RingTicket, error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> Int {
         guard ticket.queue < queues.count, ticket.entry < queues[ticket.queue].entries.count else {
             logger.error("io_uring: a reply names queue \(ticket.queue) entry \(ticket.entry), which do not exist: dropped")
             return Self.outHeaderSize
         }
         let queue = queues[ticket.queue], entry = queue.entries[ticket.entry]
-        guard let (size, dispatcherCommits) = entry.takeReply(error: error, iov, count: count) else {
+        return Self.outHeaderSize + handOn(queue, entry, entry.takeReply(error: error, iov, count: count))
+    }
+
+    /// After a reply was written into `entry` (`written`: its payload's size and whether
+    /// the ring's thread commits it; nil if the request had its reply already): a reply
+    /// that came while its thread dispatches is committed by that thread; a later one
+    /// (from another thread) wakes it to commit. Returns the payload's size.
+    private func handOn(_ queue: Queue, _ entry: Entry, _ written: (size: Int, dispatcherCommits: Bool)?) -> Int {
+        guard let (size, dispatcherCommits) = written else {
             logger.error("io_uring queue \(queue.index) entry \(entry.index): a second reply to one request: dropped")
-            return Self.outHeaderSize
+            return 0
         }
-        // Replied while its thread dispatches it: the thread commits it. Later (a reply
-        // from another thread), the thread is woken to commit it.
         if !dispatcherCommits { queue.commitLater(entry.index) }
-        return Self.outHeaderSize + size
+        return size
     }
 
     /// The thread of `queue`: the only one that submits to its ring (the kernel copies
@@ -162,15 +192,16 @@ final class UringTransport: @unchecked Sendable {
         // randread 31 k → 45 k (docs/PERFORMANCE.md). Where the CPU is offline or outside
         // this process's set, the thread runs wherever the scheduler puts it.
         _ = clinux_bind_thread_to_cpu(Int32(queue.index))
+        var toWipe: [Entry] = []
         do {
-            try run(queue)
+            try run(queue, &toWipe)
         } catch {
             fail(queue, error)
         }
     }
 
     /// A ring call that failed, so that its queue cannot go on: the call and its errno.
-    struct RingFailure: Error {
+    public struct RingFailure: Error {
         let call: String
         let code: Int32
     }
@@ -187,10 +218,12 @@ final class UringTransport: @unchecked Sendable {
     }
 
     /// Serves `queue` until the mount goes away or `stop`; throws what stopped it otherwise.
-    private func run(_ queue: Queue) throws(RingFailure) {
+    /// `toWipe` lists the entries whose commit is queued and whose reply is to be wiped
+    /// once the kernel has taken it.
+    private func run(_ queue: Queue, _ toWipe: inout [Entry]) throws(RingFailure) {
         let enabled = calls.enable(queue.ring)
         guard enabled == 0 else { throw RingFailure(call: "io_uring_register(ENABLE_RINGS)", code: -enabled) }
-        for entry in queue.entries { try submit(queue, Self.register, entry) }
+        for entry in queue.entries { try submit(queue, Self.register, entry, &toWipe) }
         try submitWake(queue)
         var live = queue.entries.count
         var stopping = false
@@ -206,10 +239,10 @@ final class UringTransport: @unchecked Sendable {
             let found = queue.readsElsewhere.load(ordering: .relaxed) == 0 ? try spinForCompletion(queue) : false
             if !found {
                 if clinux_uring_unsubmitted(queue.ring) > 0 { try enter(queue, wait: 0) }
-                wipeTakenReplies(queue)
+                wipeTakenReplies(queue, &toWipe)
                 try enter(queue, wait: 1)
             }
-            wipeTakenReplies(queue)
+            wipeTakenReplies(queue, &toWipe)
             var tag: UInt64 = 0
             var result: Int32 = 0
             while calls.nextCompletion(queue.ring, &tag, &result) {
@@ -218,17 +251,17 @@ final class UringTransport: @unchecked Sendable {
                     var count: UInt64 = 0
                     _ = Glibc.read(queue.wake, &count, 8)
                     stopping = queue.stopping.load(ordering: .acquiring)
-                    for index in queue.takeCommits() { try submit(queue, Self.commitAndFetch, queue.entries[index]) }
+                    for index in queue.takeCommits() { try submit(queue, Self.commitAndFetch, queue.entries[index], &toWipe) }
                     if !stopping { try submitWake(queue) }
                     continue
                 }
                 let entry = queue.entries[Int(tag)]
                 switch result {
                 case 0:
-                    try dispatch(queue, entry)
+                    try dispatch(queue, entry, &toWipe)
                 case -EAGAIN, -EINTR:
                     // A register before the kernel finished INIT: again.
-                    try submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry)
+                    try submit(queue, entry.commitID == 0 ? Self.register : Self.commitAndFetch, entry, &toWipe)
                 case -ENOTCONN, -ECONNABORTED, -ENODEV:
                     // The mount went away: the entry ends, and with the last the thread.
                     live -= 1
@@ -273,24 +306,24 @@ final class UringTransport: @unchecked Sendable {
 
     /// Wipes the replies listed in `toWipe` once every commit queued has been submitted
     /// (until then the kernel may not have taken them all).
-    private func wipeTakenReplies(_ queue: Queue) {
-        guard !queue.toWipe.isEmpty, clinux_uring_unsubmitted(queue.ring) == 0 else { return }
-        queue.toWipe.forEach { $0.scrub() }
-        queue.toWipe.removeAll(keepingCapacity: true)
+    private func wipeTakenReplies(_ queue: Queue, _ toWipe: inout [Entry]) {
+        guard !toWipe.isEmpty, clinux_uring_unsubmitted(queue.ring) == 0 else { return }
+        toWipe.forEach { $0.scrub() }
+        toWipe.removeAll(keepingCapacity: true)
     }
 
     /// Lays the request in `entry` out as /dev/fuse would have given it — its header and
     /// the operation's header just before the payload, in the slack the entry keeps
-    /// there, with the entry's ticket for its unique ID — and has libfuse dispatch it;
-    /// commits the reply if it came meanwhile.
-    private func dispatch(_ queue: Queue, _ entry: Entry) throws(RingFailure) {
+    /// there, with the entry's ticket for its unique ID — and has libfuse dispatch it, or
+    /// serves it (a read); commits the reply if it came meanwhile.
+    private func dispatch(_ queue: Queue, _ entry: Entry, _ toWipe: inout [Entry]) throws(RingFailure) {
         // Its last reply, if still listed to be wiped (another commit was not submitted
         // yet), is wiped now: the kernel has taken it (it put this request in), and from
         // here a worker writes the next reply into the entry, which a later wipe of the
         // list would race with (ThreadSanitizer saw it) and could zero.
-        if let listed = queue.toWipe.firstIndex(where: { $0 === entry }) {
+        if let listed = toWipe.firstIndex(where: { $0 === entry }) {
             entry.scrub()
-            queue.toWipe.remove(at: listed)
+            toWipe.remove(at: listed)
         }
         let ring = entry.ringHeader
         let header = entry.inOut.load(as: fuse_in_header.self)
@@ -301,54 +334,52 @@ final class UringTransport: @unchecked Sendable {
         guard (0...Int(CLINUX_FUSE_URING_OP_IN_OUT_SZ)).contains(opSize), payloadSize <= payloadCapacity else {
             // Not a request this code understands: refused, and the entry goes on.
             entry.setReply(unique: header.unique, error: -EIO, size: 0)
-            return try submit(queue, Self.commitAndFetch, entry)
+            return try submit(queue, Self.commitAndFetch, entry, &toWipe)
         }
-        let slack = Self.inHeaderSize + opSize, start = entry.payload - slack
-        (start + Self.inHeaderSize).copyMemory(from: entry.opIn, byteCount: opSize)
-        start.copyMemory(from: entry.inOut, byteCount: Self.inHeaderSize)
-        start.storeBytes(of: RingTicket(queue: queue.index, entry: entry.index).unique, toByteOffset: Self.uniqueOffset,
-                         as: UInt64.self)
         entry.handOver.begin(header.unique)
-        let isRead = header.opcode == FUSE_READ.rawValue, length = Int(header.len)
-        if isRead && entry.opIn.load(as: fuse_read_in.self).size >= Self.handOffSize {
-            // The thread goes on fetching while another reads and deciphers: readahead
-            // has the next request of a stream waiting, whose ciphertext is read from
-            // the disk meanwhile.
-            handedOff.enter()
-            queue.readsElsewhere.add(1, ordering: .relaxed)
-            DispatchQueue.global().async { [self] in
-                process(entry.payload - slack, length: length, replyArea: entry.payload)
-                queue.readsElsewhere.subtract(1, ordering: .relaxed)
-                handedOff.leave()
+        if header.opcode == FUSE_READ.rawValue {
+            let request = entry.opIn.load(as: fuse_read_in.self)
+            if request.size >= Self.handOffSize {
+                // The thread goes on fetching while another reads and deciphers:
+                // readahead has the next request of a stream waiting, whose ciphertext
+                // is read from the disk meanwhile.
+                handedOff.enter()
+                queue.readsElsewhere.add(1, ordering: .relaxed)
+                DispatchQueue.global().async { [self] in
+                    serveRead(queue, entry, header, request)
+                    queue.readsElsewhere.subtract(1, ordering: .relaxed)
+                    handedOff.leave()
+                }
+            } else {
+                serveRead(queue, entry, header, request)
             }
         } else {
-            process(start, length: length, replyArea: isRead ? entry.payload : nil)
+            let slack = Self.inHeaderSize + opSize, start = entry.payload - slack
+            (start + Self.inHeaderSize).copyMemory(from: entry.opIn, byteCount: opSize)
+            start.copyMemory(from: entry.inOut, byteCount: Self.inHeaderSize)
+            start.storeBytes(of: RingTicket(queue: queue.index, entry: entry.index).unique, toByteOffset: Self.uniqueOffset,
+                             as: UInt64.self)
+            dispatcher(start, Int(header.len))
         }
-        if entry.handOver.finish() { try submit(queue, Self.commitAndFetch, entry) }
+        if entry.handOver.finish() { try submit(queue, Self.commitAndFetch, entry, &toWipe) }
     }
 
-    /// Where the calling thread's reply to the read it is serving goes out, if it serves
-    /// one from a ring: the entry's payload. A read handler that puts its data there
-    /// saves a copy, and a buffer to wipe (the entry is wiped once the kernel has taken
-    /// the reply). Whatever it leaves there without replying with it, it must wipe.
-    static func replyArea() -> UnsafeMutableRawBufferPointer? {
-        var size = 0
-        guard let area = clinux_reply_area(&size) else { return nil }
-        return UnsafeMutableRawBufferPointer(start: area, count: size)
+    /// Serves the read `request` that came in `entry`: the reader puts the plaintext in
+    /// the entry's payload, where the reply goes out from; the reply's header is written
+    /// here.
+    private func serveRead(_ queue: Queue, _ entry: Entry, _ header: fuse_in_header, _ read: fuse_read_in) {
+        let request = ReadRequest(unique: header.unique, node: header.nodeid, pid: header.pid, handle: read.fh,
+                                  offset: Int64(bitPattern: read.offset), size: Int(read.size))
+        let result = request.size <= payloadCapacity
+            ? reader(request, UnsafeMutableRawBufferPointer(start: entry.payload, count: request.size))
+            : -Int(EIO)
+        _ = handOn(queue, entry, entry.replyInPlace(error: result < 0 ? Int32(result) : 0, size: max(result, 0)))
     }
 
-    /// Has libfuse dispatch the request laid out at `start`, `length` bytes; a read gets
-    /// its entry's payload as its reply area (it has no payload of its own).
-    private func process(_ start: UnsafeMutableRawPointer, length: Int, replyArea: UnsafeMutableRawPointer?) {
-        clinux_set_reply_area(replyArea, replyArea == nil ? 0 : payloadCapacity)
-        dispatcher(start, length)
-        clinux_set_reply_area(nil, 0)
-    }
-
-    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry) throws(RingFailure) {
+    private func submit(_ queue: Queue, _ command: UInt32, _ entry: Entry, _ toWipe: inout [Entry]) throws(RingFailure) {
         if command == Self.commitAndFetch {
             if entry.reply.size > 0 && Self.repliesWithContents.contains(entry.opcode) {
-                queue.toWipe.append(entry)
+                toWipe.append(entry)
             } else {
                 entry.reply = (0, 0)
             }
@@ -369,32 +400,32 @@ final class UringTransport: @unchecked Sendable {
 /// The unique ID a ring request carries through libfuse to its reply, in place of the
 /// kernel's: the queue and the entry it came in. Its top bit tells it from the kernel's
 /// IDs (a counter, far below it) and it is even (odd IDs are interrupts' replies).
-struct RingTicket: Equatable {
-    let queue: Int
-    let entry: Int
+public struct RingTicket: Equatable, Sendable {
+    public let queue: Int
+    public let entry: Int
     private static let mark: UInt64 = 1 << 63
 
-    init(queue: Int, entry: Int) {
+    public init(queue: Int, entry: Int) {
         precondition(queue < 1 << 31 && entry < 1 << 31, "RingTicket: queue or entry out of range")
         self.queue = queue
         self.entry = entry
     }
 
     /// The ticket a reply's unique ID is, or nil for a request that came through /dev/fuse.
-    init?(unique: UInt64) {
+    public init?(unique: UInt64) {
         guard unique & Self.mark != 0, unique & 1 == 0 else { return nil }
         queue = Int((unique & ~Self.mark) >> 32)
         entry = Int((unique & 0xFFFF_FFFF) >> 1)
     }
 
-    var unique: UInt64 { Self.mark | UInt64(queue) << 32 | UInt64(entry) << 1 }
+    public var unique: UInt64 { Self.mark | UInt64(queue) << 32 | UInt64(entry) << 1 }
 }
 
 extension UringTransport {
     /// The ring calls a queue's thread makes (uring.c's, returning what those return: 0
     /// or a count, else -errno) and how the thread is started (pthread_create's result):
     /// given at init, so that a test can make one fail.
-    struct RingCalls: Sendable {
+    public struct RingCalls: Sendable {
         var enable: @Sendable (OpaquePointer) -> Int32 = { clinux_uring_enable($0) }
         var command: @Sendable (_ ring: OpaquePointer, _ fuseFD: Int32, _ command: UInt32, _ queue: UInt16, _ commitID: UInt64,
                                 _ buffers: UnsafePointer<iovec>?, _ tag: UInt64) -> Int32 = {
@@ -410,7 +441,9 @@ extension UringTransport {
         /// Starts `body` on the queue's own thread: 0, or pthread_create's error.
         var startThread: @Sendable (Queue, @escaping @Sendable () -> Void) -> Int32 = { queue, body in queue.start(body) }
 
-        static let kernel = RingCalls()
+        public static let kernel = RingCalls()
+
+        public init() {}
     }
 
     /// Who commits an entry's reply, handed over between the ring's thread, which
@@ -470,38 +503,36 @@ extension UringTransport {
     /// One registered request slot: a header buffer (struct fuse_uring_req_header) and a
     /// payload buffer, with a page of slack before the payload where a request is laid
     /// out whole.
-    final class Entry: @unchecked Sendable {
+    ///
+    /// Sendable: its buffers are one mapping, made in init and never moved; who writes
+    /// into them when is the hand-over's order (a request's bytes by the kernel, then its
+    /// reply by one replier, then the wipe by the ring's thread). The rest is atomic: the
+    /// ring's thread reads what a replier on another thread wrote, after the hand-over.
+    final class Entry: Sendable {
         /// The header buffer's page, then the slack's.
         private static let payloadOffset = 2 * 4096
         let index: Int
-        let mapping: UnsafeMutableRawBufferPointer
-        let ringHeader: UnsafeMutablePointer<clinux_fuse_uring_req_header>
-        /// The request's header (struct fuse_in_header), then the reply's (fuse_out_header).
-        let inOut: UnsafeMutableRawPointer
-        /// The operation's own header (struct fuse_read_in…).
-        let opIn: UnsafeMutableRawPointer
-        var payload: UnsafeMutableRawPointer { mapping.baseAddress! + Self.payloadOffset }
+        /// The mapping's start; immutable, and the bytes it holds are shared in the
+        /// hand-over's order, which no type can state.
+        nonisolated(unsafe) private let base: UnsafeMutableRawPointer
+        private let mappingSize: Int
+        /// The kernel's iovecs of the header and payload buffers, for the register
+        /// command; written in init only.
+        nonisolated(unsafe) let iov: UnsafeMutablePointer<iovec>
         let payloadCapacity: Int
-        let iov: UnsafeMutablePointer<iovec>
         let handOver = HandOver()
-        /// What the kernel asked to be given back with the reply (its thread only).
-        var commitID: UInt64 = 0
-        /// The operation of the request it holds (its thread only).
-        var opcode: UInt32 = 0
-        /// The unique and payload size of the reply last written here, until wiped:
-        /// written by the replying thread before it hands the entry on (`handOver`).
-        var reply: (unique: UInt64, size: Int) = (0, 0)
+        private let commitIDValue = Atomic<UInt64>(0)
+        private let opcodeValue = Atomic<UInt32>(0)
+        private let replyUnique = Atomic<UInt64>(0)
+        private let replySize = Atomic<Int>(0)
 
         init(index: Int, payloadCapacity: Int) throws {
             self.index = index
             self.payloadCapacity = payloadCapacity
-            let size = Self.payloadOffset + payloadCapacity
-            guard let base = mmap(nil, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED
+            mappingSize = Self.payloadOffset + payloadCapacity
+            guard let base = mmap(nil, mappingSize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), base != MAP_FAILED
             else { throw Errno.current("mmap") }
-            mapping = UnsafeMutableRawBufferPointer(start: base, count: size)
-            ringHeader = base.bindMemory(to: clinux_fuse_uring_req_header.self, capacity: 1)
-            inOut = base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.in_out)!
-            opIn = base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.op_in)!
+            self.base = base
             iov = .allocate(capacity: 2)
             iov[0] = iovec(iov_base: base, iov_len: MemoryLayout<clinux_fuse_uring_req_header>.size)
             iov[1] = iovec(iov_base: base + Self.payloadOffset, iov_len: payloadCapacity)
@@ -509,8 +540,37 @@ extension UringTransport {
 
         deinit {
             // Pages given back are zeroed by the kernel before anyone else gets them.
-            munmap(mapping.baseAddress!, mapping.count)
+            munmap(base, mappingSize)
             iov.deallocate()
+        }
+
+        var ringHeader: UnsafeMutablePointer<clinux_fuse_uring_req_header> {
+            base.assumingMemoryBound(to: clinux_fuse_uring_req_header.self)
+        }
+        /// The request's header (struct fuse_in_header), then the reply's (fuse_out_header).
+        var inOut: UnsafeMutableRawPointer { base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.in_out)! }
+        /// The operation's own header (struct fuse_read_in…).
+        var opIn: UnsafeMutableRawPointer { base + MemoryLayout<clinux_fuse_uring_req_header>.offset(of: \.op_in)! }
+        var payload: UnsafeMutableRawPointer { base + Self.payloadOffset }
+
+        /// What the kernel asked to be given back with the reply (its thread only).
+        var commitID: UInt64 {
+            get { commitIDValue.load(ordering: .relaxed) }
+            set { commitIDValue.store(newValue, ordering: .relaxed) }
+        }
+        /// The operation of the request it holds (its thread only).
+        var opcode: UInt32 {
+            get { opcodeValue.load(ordering: .relaxed) }
+            set { opcodeValue.store(newValue, ordering: .relaxed) }
+        }
+        /// The unique and payload size of the reply last written here, until wiped:
+        /// written by the replying thread before it hands the entry on (`handOver`).
+        var reply: (unique: UInt64, size: Int) {
+            get { (replyUnique.load(ordering: .relaxed), replySize.load(ordering: .relaxed)) }
+            set {
+                replyUnique.store(newValue.unique, ordering: .relaxed)
+                replySize.store(newValue.size, ordering: .relaxed)
+            }
         }
 
         /// Writes the reply header (the payload, `size` bytes, is already in place) and
@@ -523,10 +583,9 @@ extension UringTransport {
         }
 
         /// Takes libfuse's reply (`iov[0]` its header, the rest the payload) to the
-        /// request the entry is serving: copies the payload in (a read's is in place
-        /// already, `replyArea`), writes the header with the kernel's ID, and hands the
-        /// entry over. The payload's size and whether the ring's thread commits it; nil if
-        /// the request has had its reply.
+        /// request the entry is serving: copies the payload in, writes the header with the
+        /// kernel's ID, and hands the entry over. The payload's size and whether the ring's
+        /// thread commits it; nil if the request has had its reply.
         func takeReply(error: Int32, _ iov: UnsafePointer<iovec>, count: Int) -> (size: Int, dispatcherCommits: Bool)? {
             guard let unique = handOver.claim() else { return nil }
             var size = 0
@@ -538,7 +597,17 @@ extension UringTransport {
                 }
                 size += iov[i].iov_len
             }
-            if error != 0 { size = 0 }
+            return handOn(unique: unique, error: error, size: error == 0 ? size : 0)
+        }
+
+        /// The reply to a request served in place: its payload, `size` bytes, is in the
+        /// entry already (a read's). As `takeReply`.
+        func replyInPlace(error: Int32, size: Int) -> (size: Int, dispatcherCommits: Bool)? {
+            guard let unique = handOver.claim() else { return nil }
+            return handOn(unique: unique, error: error, size: error == 0 ? size : 0)
+        }
+
+        private func handOn(unique: UInt64, error: Int32, size: Int) -> (size: Int, dispatcherCommits: Bool) {
             setReply(unique: unique, error: error, size: size)
             return (size, handOver.replied())
         }
@@ -558,9 +627,11 @@ extension UringTransport {
     }
 
     /// One CPU's ring, its entries, its thread and what wakes it.
-    final class Queue: @unchecked Sendable {
+    final class Queue: Sendable {
         let index: Int
-        let ring: OpaquePointer
+        /// The ring, made in init and destroyed in deinit; only the queue's thread
+        /// submits to it and reaps it (uring.c), which no type can state.
+        nonisolated(unsafe) let ring: OpaquePointer
         let entries: [Entry]
         /// An eventfd the thread always has a poll on: written to hand it commits or stop it.
         let wake: Int32
@@ -568,11 +639,8 @@ extension UringTransport {
         /// Reads of this queue being served by other threads (a count the thread only
         /// consults: whether to look for the next request before it sleeps).
         let readsElsewhere = Atomic<Int>(0)
-        /// Entries whose commit is queued and whose reply is to be wiped once the kernel
-        /// has taken it (the thread's only).
-        var toWipe: [Entry] = []
         private let commits = Mutex<[Int]>([])
-        private var thread: pthread_t?
+        private let thread = Mutex<pthread_t?>(nil)
 
         init(index: Int, depth: Int, payloadCapacity: Int) throws {
             self.index = index
@@ -596,8 +664,8 @@ extension UringTransport {
         /// Starts the thread: 0, or pthread_create's error (and no thread).
         func start(_ body: @escaping @Sendable () -> Void) -> Int32 {
             let box = Unmanaged.passRetained(ThreadBody(body))
-            var thread = pthread_t()
-            let created = pthread_create(&thread, nil, { box in
+            var started = pthread_t()
+            let created = pthread_create(&started, nil, { box in
                 let body = Unmanaged<ThreadBody>.fromOpaque(box!).takeRetainedValue()
                 body.run()
                 return nil
@@ -606,16 +674,15 @@ extension UringTransport {
                 box.release()
                 return created
             }
-            self.thread = thread
+            thread.withLock { $0 = started }
             return 0
         }
 
         func stop() {
-            guard let thread else { return }
+            guard let running = thread.withLock({ thread in defer { thread = nil }; return thread }) else { return }
             stopping.store(true, ordering: .releasing)
             wakeThread()
-            pthread_join(thread, nil)
-            self.thread = nil
+            pthread_join(running, nil)
         }
 
         /// Hands the thread the commit of `entry` (its reply came from another thread).
