@@ -41,7 +41,7 @@ struct MountCommand: ParsableCommand {
 
     @Flag(name: .long, help: ArgumentHelp(
         "Once mounted, unlock with this machine's TPM (as coffer unlock --tpm2); "
-            + "if that fails, the mount stays up, locked, and the exit status says why."))
+            + "if that fails, the mount stays up, locked, and the exit status says why (with --foreground, the log does)."))
     var unlockTpm2 = false
 
     @Option(name: .customShort("o"), help: ArgumentHelp("Extra FUSE mount option (repeatable).", valueName: "option"))
@@ -121,10 +121,6 @@ struct MountCommand: ParsableCommand {
 
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
-        if unlockTpm2 && foreground {
-            throw ValidationError(
-                "--unlock-tpm2 is done by the command that starts the daemon, not with --foreground: run coffer unlock --tpm2 once the mount is up")
-        }
         if unlockTpm2 && source.isGiven {
             throw ValidationError("--unlock-tpm2 asks for no passphrase: give it without --passfile or --extpass")
         }
@@ -285,7 +281,35 @@ struct MountCommand: ParsableCommand {
             defer { passphrase?.wipe() }
             return try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         }
-        try daemon.serve(ready: { status.succeed() })
+        try daemon.serve(ready: {
+            status.succeed()
+            if unlockTpm2 { Self.unlockWithTPM(mountpoint: mountpoint, socket: socket) }
+        })
+    }
+
+    /// --foreground --unlock-tpm2 (a systemd unit's mount): once the mount is up, a child
+    /// `coffer unlock --tpm2` unlocks it, as the command that starts a daemon does: the
+    /// daemon itself never loads libtss2. Its outcome goes to the log; the mount serves
+    /// meanwhile, and stays locked if the TPM does not open it.
+    private static func unlockWithTPM(mountpoint: String, socket: String?) {
+        let logger = Logger(label: "coffer")
+        let arguments = ["coffer", "unlock", "--tpm2"] + (socket.map { ["--socket", $0] } ?? []) + [mountpoint]
+        BackgroundThread.start("coffer-tpm2") {
+            do {
+                let (status, errors) = try ChildProcess.run("/proc/self/exe", arguments)
+                if status.succeeded {
+                    logger.notice("unlocked with this machine's TPM at mount (--unlock-tpm2)")
+                } else {
+                    let why = errors.trimmingCharacters(in: .whitespacesAndNewlines)
+                    logger.error("""
+                        --unlock-tpm2: the mount stays locked: coffer unlock --tpm2 exited \(status.exitStatus)\
+                        \(why.isEmpty ? "" : " (\(why))")
+                        """)
+                }
+            } catch {
+                logger.error("--unlock-tpm2: the mount stays locked: coffer unlock --tpm2 could not be started (\(error))")
+            }
+        }
     }
 }
 

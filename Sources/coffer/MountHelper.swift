@@ -11,7 +11,8 @@ struct MountHelperCommand: ParsableCommand {
             -o OPTIONS` and /etc/fstab lines of type coffer work. Options: passfile=FILE, \
             extpass=CMD (split at spaces), idle_lock=DURATION, lock_grace=DURATION, lock_on=screen \
             and lock_on=suspend (one each: a comma ends an option), allow_other (with default_permissions), ro, socket=PATH, \
-            log_file=FILE; mount(8)'s and systemd's own (rw, defaults, noauto, nofail, \
+            log_file=FILE, unlock_tpm2 (unlocked with this machine's TPM once mounted, as \
+            --unlock-tpm2); mount(8)'s and systemd's own (rw, defaults, noauto, nofail, \
             _netdev, user, x-systemd.…, comment=…) are left to them; any other goes to FUSE \
             as -o. A passphrase is never an option's value: it comes from passfile=, extpass=, the \
             systemd credential coffer.passphrase, or `coffer unlock` later.
@@ -88,6 +89,7 @@ struct MountHelperCommand: ParsableCommand {
             case "lock_on": arguments += ["--lock-on", try required()]
             case "socket": arguments += ["--socket", try required()]
             case "log_file": arguments += ["--log-file", try required()]
+            case "unlock_tpm2": arguments.append("--unlock-tpm2")
             case "allow_other": arguments.append("--allow-other")
             case "ro": arguments.append("--read-only")
             case _ where leftToMount.contains(key) || key.hasPrefix("x-") || key.hasPrefix("X-"): continue

@@ -351,6 +351,35 @@ final class DesktopSessionTests: EndToEndCase {
             """, vault.log)
     }
 
+    /// An fstab line's lock_on= and lock_grace= reach the daemon through mount.coffer: its
+    /// status names them, and a suspend waits for the lock.
+    func testFstabsLockOnAndLockGraceReachTheMount() throws {
+        try linkMountHelper(to: Harness.coffer, for: self)
+        let vault = MountedVault(scratch: scratch)
+        let r = run("""
+            bus_up; logind_up
+            DBUS_SESSION_BUS_ADDRESS="$BUS" COFFER_LOGIND_BUS_ADDRESS="$SYSBUS" \\
+              mount -t coffer "$C" "$M" -o "passfile=$PASS,log_file=$LOG,lock_on=suspend,lock_grace=4s"
+            "$COFFER" status --json "$M" | jq -c '[.lockOn, .lockGraceSeconds]'
+            echo sleep >&3
+            soon 'grep -q "^sleep " "$S/logind"'
+            state
+            umount "$M"
+            cat "$S/logind"
+            """, vault)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr + vault.log)
+        XCTAssertEqual(r.stdout, """
+            [["suspend"],4]
+            locked
+            ready
+            inhibit sleep coffer delay
+            prepare for sleep state=unlocked
+            released coffer state=locked
+            sleep allowed state=locked
+
+            """, vault.log)
+    }
+
     func testTheOwnersScreenLockLocksTheVault() {
         let vault = MountedVault(scratch: scratch)
         let r = run("""

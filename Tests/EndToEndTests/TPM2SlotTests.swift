@@ -83,6 +83,51 @@ final class TPM2SlotTests: EndToEndCase {
         vault.unmount()
     }
 
+    /// At boot: coffer@.service runs `coffer mount --foreground $COFFER_OPTIONS`, an fstab
+    /// line runs mount.coffer. With --unlock-tpm2 (unlock_tpm2 in fstab) each comes up and
+    /// is unlocked by the TPM; on a machine whose TPM does not open the vault, the unit's
+    /// mount stays up, locked, and its log says why. The daemon never maps libtss2.
+    func testAtBootTheUnitAndAnFstabLineUnlockWithTheTPM() throws {
+        let tpm = try softwareTPM("tpm"), other = try softwareTPM("other")
+        let vault = MountedVault(scratch: scratch)
+        vault.mount()
+        assertOK(vault.sh("echo 'opened at boot' > f"), "write")
+        vault.unmount()
+        assertOK(coffer(["keyslot", "add", "--tpm2", "--label", "server TPM", "--passfile", vault.passfile, vault.cipherdir],
+                        environment: tpm.environment),
+                 "keyslot add --tpm2")
+
+        // The unit's command line, in the foreground as systemd runs it (Type=notify).
+        func unitMount(_ tpm: SoftwareTPM, until condition: String) -> Outcome {
+            Harness.sh("""
+                export COFFER_TPM2_TCTI='\(tpm.tcti)' COFFER='\(Harness.coffer)' M='\(vault.mountpoint)'
+                trap '"$COFFER" unmount "$M" > /dev/null 2>&1; wait' EXIT
+                "$COFFER" mount --foreground --unlock-tpm2 --log-file '\(vault.logFile)' --state-dir '\(vault.stateDir)' \
+                  '\(vault.cipherdir)' "$M" & pid=$!
+                state() { "$COFFER" status --json "$M" 2>/dev/null | jq -r .state; }
+                for i in $(seq 300); do \(condition) && break; sleep 0.1; done
+                state
+                cat "$M/f" 2>&1 || true
+                grep -c libtss2 /proc/$pid/maps || true
+                """)
+        }
+        let unit = unitMount(tpm, until: "[ \"$(state)\" = unlocked ]")
+        XCTAssertEqual(unit.stdout, "unlocked\nopened at boot\n0\n", unit.stderr + vault.log)
+        XCTAssertTrue(vault.log.contains("unlocked with this machine's TPM at mount (--unlock-tpm2)"), vault.log)
+
+        let elsewhere = unitMount(other, until: "grep -q 'the mount stays locked' '\(vault.logFile)'")
+        XCTAssertEqual(elsewhere.stdout, "locked\ncat: \(vault.mountpoint)/f: Permission denied\n0\n", elsewhere.stderr)
+        XCTAssertTrue(vault.log.contains("--unlock-tpm2: the mount stays locked: coffer unlock --tpm2 exited"), vault.log)
+
+        // An fstab line: mount(8) runs mount.coffer, which runs `coffer mount --unlock-tpm2`.
+        try linkMountHelper(to: Harness.coffer, for: self)
+        let fstab = scratch.file("fstab", "\(vault.cipherdir) \(vault.mountpoint) coffer noauto,nofail,unlock_tpm2,log_file=\(vault.logFile) 0 0\n")
+        assertOK(Harness.run(["env", "COFFER_TPM2_TCTI=\(tpm.tcti)", "mount", "-T", fstab, vault.mountpoint]), "mount from fstab")
+        XCTAssertEqual(state(vault), "unlocked")
+        XCTAssertEqual(vault.sh("cat f").stdout, "opened at boot\n")
+        assertOK(Harness.run(["umount", vault.mountpoint]), "umount")
+    }
+
     func testASlotOfAnotherMachineIsListedAsSuchAndPassedOverQuietly() throws {
         let laptop = try softwareTPM("laptop.tpm"), desktop = try softwareTPM("desktop.tpm")
         let vault = MountedVault(scratch: scratch)
