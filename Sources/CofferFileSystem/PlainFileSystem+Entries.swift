@@ -340,12 +340,18 @@ extension PlainFileSystem {
 
     /// Changes attributes; `handle` is the open file of ftruncate/futimens, if any.
     /// A file a lock left its key (open at the lock, in an `unless-open` directory), and
-    /// an entry made while locked, are still changed while locked.
+    /// an entry made while locked, are still changed while locked. So are the mode, owner
+    /// and times — which need no key — of an `unless-open` directory and of the files
+    /// from before the lock that the kernel knew in one.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
         let node = nodes.node(id)
         return try inView(locked: { view in
-            if let drop = view.drop(of: node), drop.isDirectory || drop.cipher != nil {
+            let drop = view.drop(of: node)
+            if let drop, drop.isDirectory || drop.cipher != nil {
                 return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }
+            }
+            if changes.size == nil, drop != nil || view.directory(node)?.takesDrops == true {
+                return try changeAttributes(node, changes, handle: handle) { _ in nil }
             }
             // The key a lock left the file, or EACCES.
             return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }

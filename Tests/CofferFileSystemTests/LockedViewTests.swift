@@ -1,7 +1,8 @@
 // Tests of the locked view driven without FUSE: files made while locked in unless-open
 // directories by many threads at once (each directory's names locked apart, renames
-// between two taking both in one order), the same name made twice at once, and the
-// transition that holds back operations while a lock or an unlock decides.
+// between two taking both in one order), the same name made twice at once, what changes
+// without a key, and the transition that holds back operations while a lock or an
+// unlock decides.
 import CofferCrypto
 @testable import CofferFileSystem
 import CofferSystem
@@ -86,6 +87,35 @@ final class LockedViewTests: FileSystemTestCase {
         XCTAssertEqual(Set(try listing(b)), expected[b])
         XCTAssertEqual(try contents("t0-3.moved", in: b), "file 0-3")
         XCTAssertEqual(try contents("t1-5", in: b), "file 1-5")
+    }
+
+    /// While locked, what needs no key changes without one: the mode, owner and times of
+    /// an unless-open directory and of a file from before the lock that the kernel knew
+    /// there. Its size, which needs its key, does not change, nor does anything of a file
+    /// in a complete directory.
+    func testModesAndTimesChangeWhileLockedSizesDoNot() throws {
+        let dir = try unlessOpenDirectory("bg")
+        let complete = try fs.mkdir(parent: root, name: name("plain"), mode: 0o755, caller: me).node
+        let (early, handle) = try fs.create(parent: dir, name: name("early"), mode: 0o644, flags: O_WRONLY, caller: me)
+        fs.release(handle)
+        let (kept, keptHandle) = try fs.create(parent: complete, name: name("kept"), mode: 0o644, flags: O_WRONLY, caller: me)
+        fs.release(keptHandle)
+        fs.lock(kernelCaches: false)
+        var mode = AttributeChanges()
+        mode.mode = 0o600
+        XCTAssertEqual(try fs.setattr(early.node, changes: mode, handle: nil).st_mode & 0o7777, 0o600)
+        var times = AttributeChanges()
+        times.modificationTime = timespec(tv_sec: 1_614_816_000, tv_nsec: 0)
+        XCTAssertEqual(try fs.setattr(dir, changes: times, handle: nil).st_mtim.tv_sec, 1_614_816_000)
+        XCTAssertEqual(try fs.setattr(early.node, changes: times, handle: nil).st_mtim.tv_sec, 1_614_816_000)
+        var size = AttributeChanges()
+        size.size = 0
+        XCTAssertThrowsError(try fs.setattr(early.node, changes: size, handle: nil)) { XCTAssertEqual(($0 as? Errno)?.code, EACCES) }
+        XCTAssertThrowsError(try fs.setattr(kept.node, changes: mode, handle: nil)) { XCTAssertEqual(($0 as? Errno)?.code, EACCES) }
+        XCTAssertThrowsError(try fs.setattr(complete, changes: times, handle: nil)) { XCTAssertEqual(($0 as? Errno)?.code, EACCES) }
+        fs.unlock(try vault.unlock(recoveryKey: recovery))
+        XCTAssertEqual(try fs.getattr(early.node).st_mode & 0o7777, 0o600)
+        XCTAssertEqual(try fs.getattr(kept.node).st_mode & 0o7777, 0o644)
     }
 
     /// Eight threads create one name at once while locked: without O_EXCL every one opens

@@ -405,6 +405,47 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 0, fsck.stdout)
     }
 
+    /// While locked, what needs no key works in an unless-open directory: the modes,
+    /// owners and times of the directory itself and of its files from before the lock
+    /// that the kernel knew, so `rsync -a` of a tree into the directory (which sets the
+    /// directory's own mode and times last) exits 0. A size change of such a file, which
+    /// needs its key, and anything in a complete directory stay refused.
+    func testModesOwnersAndTimesChangeWhileLockedWithoutAKey() {
+        let vault = mountedVault()
+        let source = scratch.mkdir("tree")
+        assertOK(Harness.sh("""
+            cd '\(source)' && mkdir -p a/b && echo one > a/one && echo two > a/b/two && chmod 640 a/one
+            touch -d 2020-01-02 a/b/two a/b && chmod 751 . && touch -d 2019-05-06 .
+            """), "source tree")
+        let r = vault.sh("""
+            C='\(Harness.coffer)'
+            mkdir bg plain && "$C" protect --class unless-open bg > /dev/null
+            echo early > bg/early && echo kept > plain/kept && ls -l bg plain > /dev/null
+            "$C" lock "$M" > /dev/null
+            chmod 600 bg/early && chown 1234:5678 bg/early && touch -d 2021-03-04 bg/early && echo "file changed"
+            truncate -s 0 bg/early 2>/dev/null || echo "size refused"
+            chmod 600 plain/kept 2>/dev/null || echo "complete refused"
+            rsync -a '\(source)/' bg/; echo "rsync $?"
+            stat -c '%n %a %u:%g %Y' bg/early
+            "$C" unlock --passfile '\(vault.passfile)' "$M" > /dev/null
+            cat bg/early; stat -c '%n %a %u:%g %Y' bg/early
+            [ "$(stat -c '%a %Y' bg)" = "$(stat -c '%a %Y' '\(source)')" ] && echo "directory's mode and time as the source's"
+            rm bg/early && diff -r '\(source)' bg && echo tree same
+            # Files only below the top: rsync leaves the times of directories it has just
+            # made as they come (ProtectionClassTests.testSqliteRsyncAndCpMakeNewFilesWhileLocked).
+            (cd '\(source)' && find . -type f -printf '%P %m %T@\n' | sort) > "$S/source.attrs"
+            (cd bg && find . -type f -printf '%P %m %T@\n' | sort) | diff "$S/source.attrs" - && echo modes and times same
+            """.replacingOccurrences(of: "$S", with: scratch.path))
+        XCTAssertEqual(r.stdout.split(separator: "\n").map(String.init),
+                       ["file changed", "size refused", "complete refused", "rsync 0", "bg/early 600 1234:5678 1614816000",
+                        "early", "bg/early 600 1234:5678 1614816000", "directory's mode and time as the source's", "tree same",
+                        "modes and times same"],
+                       r.stdout + r.stderr)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout)
+    }
+
     /// The daemon is killed while locked, after files were made and fsynced: fsck reports
     /// them as made while locked (no damage), and the next mount serves each under its
     /// name, found by path without a listing first. A copy of the vault (another
