@@ -389,6 +389,7 @@ public final class PlainFileSystem: Sendable {
             let size = Int64(st.st_size)
             // A damaged length still gets a size: the whole blocks before the cut.
             out.st_size = Int((try? layout.plainSize(cipherSize: size)) ?? layout.plainSizeOfWholeBlocks(cipherSize: size))
+            out.st_blksize = Self.preferredIOSize
         case S_IFLNK where st.st_size == SymlinkCodec.referenceLength && vault.config.storesLongSymlinkTargets:
             // A long target: its length is its sidecar's.
             let reference = (try? Sys.readlink("", in: fd)).flatMap { SymlinkCodec.isReference($0) ? $0 : nil }
@@ -401,6 +402,13 @@ public final class PlainFileSystem: Sendable {
         }
         return out
     }
+
+    /// A regular file's st_blksize: the largest request the mount takes (1 MiB). Tools
+    /// that size their buffers from it (cp, cat, stdio) then ask for 1 MiB at a time —
+    /// one WRITE request where 4 KiB would have been 256, and READs as large as the
+    /// kernel lets them grow — instead of the backing file system's 4 KiB. Directories
+    /// keep the backing one: glibc sizes a directory stream's buffer from it.
+    static let preferredIOSize = 1 << 20
 
     /// Attributes of a node. The root answers even while locked, so that `mountpoint`,
     /// `df` and `stat` of the mount work.

@@ -15,6 +15,21 @@ final class MountSemanticsTests: EndToEndCase {
             """), "hard links")
     }
 
+    /// A file says 1 MiB is its best I/O size (st_blksize), so cp into the mount writes
+    /// 1 MiB at a time, where the backing file system's 4 KiB would have had it write
+    /// 128 KiB (its floor) at a time. A directory keeps the backing one. (Within one
+    /// file system cp uses copy_file_range, which the kernel carries out itself.)
+    func testFilesAskForMebibyteIO() {
+        let vault = mountedVault()
+        let r = vault.sh("""
+            head -c 3145728 /dev/urandom > ../src && cp ../src src && stat -c '%o' src
+            stat -c '%o' . | grep -vx 1048576 > /dev/null && echo dir keeps its own
+            strace -f -e trace=write -e signal=none -o ../cp.trace cp ../src copy && cmp ../src copy && echo copy same
+            grep -Ec 'write\\([0-9]+, .*= 1048576$' ../cp.trace
+            """)
+        XCTAssertEqual(r.stdout, "1048576\ndir keeps its own\ncopy same\n3\n", r.stderr)
+    }
+
     func testSparseFileStaysSparse() {
         let vault = mountedVault()
         assertOK(vault.sh("truncate -s 10G sparse && printf x | dd of=sparse bs=1 seek=5000000000 conv=notrunc status=none"), "sparse")
