@@ -39,4 +39,15 @@ public enum KernelFiles {
     public static func link(_ path: String) -> String? {
         try? Sys.readlink(path, in: AT_FDCWD)
     }
+
+    /// Writes `text` to the setting at `path` (/sys/class/bdi/…), in one write(2) as the
+    /// kernel takes a setting.
+    public static func write(_ path: String, _ text: String) throws {
+        let fd = try FileDescriptor.open(path, flags: O_WRONLY)
+        let bytes = Array(text.utf8)
+        let n = try bytes.withUnsafeBytes { buffer in
+            try retryOnInterrupt("write \(path)") { Glibc.write(fd.rawValue, buffer.baseAddress, buffer.count) }
+        }
+        guard n == bytes.count else { throw Errno(EIO, "write \(path) (short)") }
+    }
 }

@@ -38,6 +38,9 @@ final class Daemon {
         /// Seconds.
         var lockGrace: Int64?
         var lockOn: [String]
+        /// The mount's readahead window in KiB (-o read_ahead_kb=N, root only), or nil
+        /// for the kernel's.
+        var readAheadKiB: Int?
     }
 
     private let settings: Settings
@@ -166,6 +169,7 @@ final class Daemon {
                 (default_permissions)
                 """)
         }
+        if let kib = settings.readAheadKiB { setReadAhead(kib) }
         startBackgroundWork()
         logger.notice("mounted \(vault.path) on \(target), \(fs.isUnlocked ? "unlocked" : "locked"); control socket \(socketPath)")
         ready()
@@ -181,6 +185,24 @@ final class Daemon {
     }
 
     // MARK: The phases' parts
+
+    /// Sets the mount's readahead window (its backing device info, which the kernel makes
+    /// for each FUSE mount at 128 KiB at most): a stream then reads ahead in windows of
+    /// `kib`, and the kernel's READ requests grow with them up to the 1 MiB the mount
+    /// takes. A failure leaves the kernel's window, and says so.
+    private func setReadAhead(_ kib: Int) {
+        // From mountinfo: a stat of the mount would wait for this daemon, not serving yet.
+        guard let device = MountPoint.isMounted(target)?.device else {
+            return logger.warning("read_ahead_kb=\(kib) not set, the kernel's readahead stays: \(target) is not in mountinfo")
+        }
+        let setting = "/sys/class/bdi/\(device)/read_ahead_kb"
+        do {
+            try KernelFiles.write(setting, "\(kib)\n")
+            logger.notice("readahead of \(target): \(kib) KiB (\(setting))")
+        } catch {
+            logger.warning("read_ahead_kb=\(kib) not set, the kernel's readahead stays: \(error)")
+        }
+    }
 
     /// The work that runs beside the requests once mounted: the idle lock's timer and the
     /// watch of other writers of CIPHERDIR (the control socket, events and the desktop

@@ -113,6 +113,19 @@ struct MountCommand: ParsableCommand {
     /// Every -o option, split at commas.
     private var words: [String] { fuseOptions.flatMap { $0.split(separator: ",").map(String.init) } }
 
+    /// -o read_ahead_kb=N is coffer's, not libfuse's: the mount's readahead window.
+    static let readAheadOption = "read_ahead_kb="
+    /// The largest window -o read_ahead_kb takes: the largest READ request the mount takes.
+    static let readAheadLimitKiB = 1024
+
+    /// What -o read_ahead_kb asks for (the last one given), or nil.
+    private var readAheadKiB: Int? {
+        words.last { $0.hasPrefix(Self.readAheadOption) }.flatMap { Int($0.dropFirst(Self.readAheadOption.count)) }
+    }
+
+    /// The -o words for libfuse: all but coffer's own.
+    private var libfuseWords: [String] { words.filter { !$0.hasPrefix(Self.readAheadOption) } }
+
     /// "1st", "2nd", "3rd", "4th"… for messages.
     static func ordinal(_ n: Int) -> String {
         let suffix = (11...13).contains(n % 100) ? "th" : [1: "st", 2: "nd", 3: "rd"][n % 10] ?? "th"
@@ -156,9 +169,20 @@ struct MountCommand: ParsableCommand {
             throw ValidationError(
                 "-o subtype=… is refused: coffer gives its mounts the type fuse.coffer, by which `coffer unmount` recognises them")
         }
+        if let given = words.last(where: { $0.hasPrefix(Self.readAheadOption) }) {
+            guard let kib = readAheadKiB, (0...Self.readAheadLimitKiB).contains(kib) else {
+                throw ValidationError("-o \(given): read_ahead_kb takes a number of KiB from 0 to \(Self.readAheadLimitKiB)")
+            }
+            guard geteuid() == 0 else {
+                throw ValidationError("""
+                    -o read_ahead_kb is for a mount made by root (it sets the mount's readahead in /sys/class/bdi, which only root \
+                    may write); an ordinary user's mount keeps the kernel's 128 KiB
+                    """)
+            }
+        }
         // Word by word, so that a message names the one refused; a bare word is not
         // repeated (it may be a secret typed in the wrong place), only where it stands.
-        if let index = words.firstIndex(where: { !FuseSession.refusedOptions([$0]).isEmpty }) {
+        if let index = words.firstIndex(where: { !$0.hasPrefix(Self.readAheadOption) && !FuseSession.refusedOptions([$0]).isEmpty }) {
             let word = words[index]
             let named = word.contains("=") ? "-o \(MountHelperCommand.named(word))"
                 : "the \(Self.ordinal(index + 1)) -o option (not repeated here, in case it is a secret)"
@@ -268,10 +292,10 @@ struct MountCommand: ParsableCommand {
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         LoggingSystem.bootstrap { _ in DaemonLogHandler(log) }
         let settings = Daemon.Settings(cipherdir: cipherdir, mountpoint: mountpoint, socket: socket, stateDir: stateDir,
-                                       allowOther: allowOther, readOnly: readOnly, fuseOptions: fuseOptions,
+                                       allowOther: allowOther, readOnly: readOnly, fuseOptions: libfuseWords,
                                        transport: transport, threads: threads, watchLimit: watchLimit,
                                        idleLock: idleLock.flatMap(parseDuration), lockGrace: lockGrace.flatMap(parseDuration),
-                                       lockOn: lockOn)
+                                       lockOn: lockOn, readAheadKiB: readAheadKiB)
         let daemon = try Daemon(settings, logger: Logger(label: "coffer")) { vault in
             let passphrase = try passphraseFD.map { fd in
                 // Inherited from the launcher for this one read; closed after it.

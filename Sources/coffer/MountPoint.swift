@@ -20,6 +20,8 @@ enum MountPoint {
         /// The file system's own options (mountinfo's super options), as the kernel has
         /// them: what the mount really got, whatever spelling asked for it.
         var superOptions: [String] = []
+        /// Its device, "MAJOR:MINOR" (a FUSE mount's names its /sys/class/bdi entry).
+        var device = ""
     }
 
     /// The current mounts (mountinfo's paths are octal-escaped: \040 is a space).
@@ -32,7 +34,7 @@ enum MountPoint {
             let source = dash + 2 < fields.count ? unescape(String(fields[dash + 2])) : ""
             let options = dash + 3 < fields.count ? fields[dash + 3].split(separator: ",").map(String.init) : []
             return Mount(path: unescape(String(fields[4])), type: String(fields[dash + 1]), source: source,
-                         superOptions: options)
+                         superOptions: options, device: String(fields[2]))
         }
     }
 

@@ -66,6 +66,30 @@ final class MountCommandTests: EndToEndCase {
         XCTAssertTrue(subtype.stderr.contains("subtype"), subtype.stderr)
     }
 
+    /// -o read_ahead_kb=N, for root's mounts: the mount's readahead window in
+    /// /sys/class/bdi is N KiB (the kernel's 128 without it); more than 1024, or an
+    /// ordinary user's mount, is refused in one line (64).
+    func testReadAheadKBSetsTheMountsWindowForRootOnly() {
+        let vault = MountedVault(scratch: scratch)
+        let window = "cat /sys/class/bdi/$(findmnt -n -o MAJ:MIN '\(vault.mountpoint)' | tr -d ' ')/read_ahead_kb"
+        assertOK(vault.mount(["-o", "read_ahead_kb=1024"]), "mount with read_ahead_kb")
+        XCTAssertEqual(Harness.sh(window).stdout, "1024\n", vault.log)
+        XCTAssertTrue(vault.log.contains("readahead of \(vault.mountpoint): 1024 KiB"), vault.log)
+        vault.unmount()
+        assertOK(vault.mount(), "mount")
+        XCTAssertEqual(Harness.sh(window).stdout, "128\n")
+        vault.unmount()
+        let big = Harness.run([Harness.coffer, "mount", "-o", "read_ahead_kb=2048", vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(big.status, 64, big.stderr)
+        XCTAssertTrue(big.stderr.contains("read_ahead_kb takes a number of KiB from 0 to 1024"), big.stderr)
+        let user = Harness.run(["runuser", "-u", "nobody", "--", Harness.coffer, "mount", "-o", "noatime,read_ahead_kb=512",
+                                vault.cipherdir, vault.mountpoint])
+        XCTAssertEqual(user.status, 64, user.stderr)
+        XCTAssertTrue(user.stderr.contains("is for a mount made by root"), user.stderr)
+        XCTAssertEqual(user.stderr.split(separator: "\n").count, 1, user.stderr)
+        XCTAssertFalse(vault.isMounted)
+    }
+
     /// Issue 39: a mount refused after the daemon made the vault's state directory (here:
     /// an escaped allow_other, taken down at once) leaves no directory behind in
     /// /var/lib/coffer; nor (issue 36, the daemon's lifecycle) its control socket, which
