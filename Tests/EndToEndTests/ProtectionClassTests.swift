@@ -295,10 +295,12 @@ final class ProtectionClassTests: EndToEndCase {
             subprocess.run([coffer, "protect", "-R", "--class", "unless-open", md], check=True, stdout=subprocess.DEVNULL)
             with open(os.path.join(md, "new", "before"), "w") as f: f.write("an older message")
             delivered, errors, docs = {}, [], []
-            stop, locked = threading.Event(), threading.Event()
+            stop, locked, hold, held = threading.Event(), threading.Event(), threading.Event(), threading.Event()
             def deliver():
                 n = 0
                 while not stop.is_set():
+                    if hold.is_set():                    # while the listing is compared
+                        held.set(); time.sleep(0.05); continue
                     n += 1
                     name = "%d.M%dP%d.host" % (int(time.time()), n, os.getpid())
                     body = ("message %d " % n) * 50
@@ -326,11 +328,14 @@ final class ProtectionClassTests: EndToEndCase {
             time.sleep(3)
             deadline = time.time() + 57                  # on a slow machine, until 20 were delivered while locked
             while sum(l for _, l in list(delivered.values())) < 20 and time.time() < deadline: time.sleep(0.1)
+            # The delivery holds still (its last one recorded) while the listing is compared.
+            hold.set(); held.wait(30)
             listed = sorted(os.listdir(os.path.join(md, "new")))
             while_locked = sorted(n for n, (_, l) in delivered.items() if l)
             # A delivery that straddled the lock (made before, renamed after) is new there too.
             print("listing while locked shows only the new", set(while_locked) <= set(listed) and "before" not in listed
                   and set(listed) <= set(delivered) and len(listed) > 0)
+            hold.clear()
             locked.clear()
             subprocess.run([coffer, "unlock", "--passfile", passfile, m], check=True, stdout=subprocess.DEVNULL)
             time.sleep(1); stop.set()
