@@ -1,4 +1,5 @@
-// KernelFiles reads what the kernel generates under /proc and /sys: the one door to them.
+// KernelFiles reads what the kernel generates under /proc and /sys, and writes its settings
+// there (a mount's readahead): the one door to them.
 // The kernel makes such a file a page (about 4 KiB) per read(2), so every read here loops
 // until read returns 0; a reader that stops at the first read sees the start of
 // /proc/net/unix, /proc/locks or mountinfo and silently misses the rest (it did, twice).
