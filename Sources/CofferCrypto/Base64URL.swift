@@ -7,12 +7,33 @@ public enum Base64URL {
     /// Encoded length of `count` bytes.
     public static func encodedLength(_ count: Int) -> Int { (count * 4 + 2) / 3 }
 
+    /// The alphabet, by 6-bit value.
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// Encoded straight into the string's storage: every lookup and new entry encodes a
+    /// name, so no intermediate buffer and no C-string scan. The strict `decode` accepts
+    /// one spelling per byte string, so the round trip in KeyDerivationTests shows this is
+    /// libsodium's spelling.
     public static func encode(_ bytes: [UInt8]) -> String {
-        Sodium.ensureInitialized()
-        let capacity = sodium_base64_encoded_len(bytes.count, variant)
-        var out = [CChar](repeating: 0, count: capacity)
-        _ = sodium_bin2base64(&out, capacity, bytes, bytes.count, variant)
-        return out.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        String(unsafeUninitializedCapacity: encodedLength(bytes.count)) { out in
+            var o = 0, i = 0
+            func put(_ value: UInt32) { out[o] = alphabet[Int(value & 63)]; o += 1 }
+            while i + 3 <= bytes.count {
+                let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                put(v >> 18); put(v >> 12); put(v >> 6); put(v)
+                i += 3
+            }
+            switch bytes.count - i {
+            case 1:
+                let v = UInt32(bytes[i]) << 16
+                put(v >> 18); put(v >> 12)
+            case 2:
+                let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
+                put(v >> 18); put(v >> 12); put(v >> 6)
+            default: break
+            }
+            return o
+        }
     }
 
     /// Decodes strictly: the whole text must be base64url; any character outside the

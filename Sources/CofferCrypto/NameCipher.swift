@@ -39,15 +39,17 @@ public final class NameCipher: Sendable {
     }
 
     /// Encrypts `name` (raw bytes, any length ≥ 1) for the directory with IV `dirIV`.
+    /// Padded and encrypted in the output's own buffer: one allocation per name (every
+    /// lookup and new entry encrypts one).
     public func encrypt(_ name: [UInt8], dirIV: [UInt8]) throws -> [UInt8] {
         precondition(dirIV.count == Self.ivSize && !name.isEmpty)
         let padLength = Self.padding - name.count % Self.padding
-        var padded = name
-        padded.append(contentsOf: repeatElement(UInt8(padLength), count: padLength))
-        var out = [UInt8](repeating: 0, count: Self.sivSize + padded.count)
+        var out = [UInt8](repeating: UInt8(padLength), count: Self.sivSize + name.count + padLength)
         try out.withUnsafeMutableBufferPointer { o in
-            try syntheticIV(dirIV: dirIV, padded: padded, into: o.baseAddress!)
-            try xorStream(padded, siv: o.baseAddress!, into: o.baseAddress! + Self.sivSize)
+            let body = UnsafeMutableBufferPointer(rebasing: o[Self.sivSize...])
+            UnsafeMutableRawBufferPointer(body).copyBytes(from: name)
+            try syntheticIV(dirIV: dirIV, padded: UnsafeBufferPointer(body), into: o.baseAddress!)
+            try xorStream(body, siv: o.baseAddress!)
         }
         return out
     }
@@ -60,15 +62,18 @@ public final class NameCipher: Sendable {
         guard bodyLength >= Self.padding, bodyLength % Self.padding == 0 else {
             throw CryptoError.nameAuthenticationFailed
         }
-        var padded = [UInt8](repeating: 0, count: bodyLength)
+        var padded = Array(encrypted[Self.sivSize...])
         let ok = try encrypted.withUnsafeBufferPointer { e -> Bool in
             let siv = e.baseAddress!
-            try padded.withUnsafeMutableBufferPointer { p in
-                try xorStream(Array(e[Self.sivSize...]), siv: siv, into: p.baseAddress!)
+            return try padded.withUnsafeMutableBufferPointer { p in
+                try xorStream(p, siv: siv)
+                var expected = (UInt64(0), UInt64(0))
+                return try withUnsafeMutableBytes(of: &expected) { x in
+                    let out = x.baseAddress!.assumingMemoryBound(to: UInt8.self)
+                    try syntheticIV(dirIV: dirIV, padded: UnsafeBufferPointer(p), into: out)
+                    return sodium_memcmp(out, siv, Self.sivSize) == 0
+                }
             }
-            var expected = [UInt8](repeating: 0, count: Self.sivSize)
-            try syntheticIV(dirIV: dirIV, padded: padded, into: &expected)
-            return sodium_memcmp(expected, siv, Self.sivSize) == 0
         }
         guard ok else { throw CryptoError.nameAuthenticationFailed }
         let padLength = Int(padded.last!)
@@ -79,14 +84,28 @@ public final class NameCipher: Sendable {
         return Array(padded.dropLast(padLength))
     }
 
-    private func syntheticIV(dirIV: [UInt8], padded: [UInt8], into out: UnsafeMutablePointer<UInt8>) throws {
-        let input = dirIV + padded
-        _ = try macKey.lend { crypto_generichash(out, Self.sivSize, input, UInt64(input.count), $0, macKey.count) }
+    /// BLAKE2b-128(key = K_mac, dirIV ‖ padded), hashed in two parts (no joined copy);
+    /// the state, which holds the keyed chaining value, is zeroed after.
+    private func syntheticIV(dirIV: [UInt8], padded: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) throws {
+        try withUnsafeTemporaryAllocation(byteCount: crypto_generichash_statebytes(), alignment: 64) { raw in
+            defer { sodium_memzero(raw.baseAddress, raw.count) }
+            let state = OpaquePointer(raw.baseAddress!)
+            _ = try macKey.lend { crypto_generichash_init(state, $0, macKey.count, Self.sivSize) }
+            crypto_generichash_update(state, dirIV, UInt64(dirIV.count))
+            crypto_generichash_update(state, padded.baseAddress, UInt64(padded.count))
+            crypto_generichash_final(state, out, Self.sivSize)
+        }
     }
 
-    private func xorStream(_ input: [UInt8], siv: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) throws {
-        var nonce = [UInt8](repeating: 0, count: Int(crypto_stream_xchacha20_NONCEBYTES))
-        for i in 0..<Self.sivSize { nonce[i] = siv[i] }
-        _ = try streamKey.lend { crypto_stream_xchacha20_xor(out, input, UInt64(input.count), nonce, $0) }
+    /// XORs `buffer` in place with XChaCha20(key = K_stream, nonce = siv ‖ 0⁸).
+    private func xorStream(_ buffer: UnsafeMutableBufferPointer<UInt8>, siv: UnsafePointer<UInt8>) throws {
+        var nonce = (UInt64(0), UInt64(0), UInt64(0))
+        try withUnsafeMutableBytes(of: &nonce) { n in
+            n.copyMemory(from: UnsafeRawBufferPointer(start: siv, count: Self.sivSize))
+            _ = try streamKey.lend {
+                crypto_stream_xchacha20_xor(buffer.baseAddress!, buffer.baseAddress!, UInt64(buffer.count),
+                                            n.baseAddress!.assumingMemoryBound(to: UInt8.self), $0)
+            }
+        }
     }
 }

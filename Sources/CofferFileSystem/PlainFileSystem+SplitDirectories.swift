@@ -33,7 +33,10 @@ extension PlainFileSystem {
     /// listings showed it under until now. Both machines settle the same way, so their
     /// sync engine sees the same renames. Called before a change in `dir`.
     func settleSplitDirectory(_ dir: Node, keys: Keys) throws {
-        guard dir.isDirectory, let split = try? names(of: dir, keys: keys), !split.alternates.isEmpty else { return }
+        // Most directories have no IV file copies: told from the node's cached list before
+        // any names are built (a rename asks this three times).
+        guard dir.isDirectory, (try? alternateIVs(dir, keys: keys))?.isEmpty != true,
+              let split = try? names(of: dir, keys: keys), !split.alternates.isEmpty else { return }
         let iv = split.own
         var renamed: [[UInt8]] = []
         for alternate in split.alternates {

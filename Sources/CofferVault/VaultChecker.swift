@@ -509,7 +509,7 @@ public final class VaultChecker {
         var file = ContentFile(fd: fd.rawValue, cipher: keys.content, layout: layout)
         if let header = try? file.header(), header.isSealed {
             // Made while locked: its key is in its key record.
-            guard let drops = keys.drops else { return problem(path, "a file made while locked in a vault without drops") }
+            guard keys.drops != nil else { return problem(path, "a file made while locked in a vault without drops") }
             sealedFiles.insert(DropRecord.fileName(header.fileID))
             do {
                 let key = try DropRecord.read(fileID: header.fileID, root: root, keys: keys)
