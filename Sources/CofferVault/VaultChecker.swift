@@ -542,9 +542,18 @@ public final class VaultChecker {
         }
         let size: Int64
         do { size = try tornTail ?? file.plainSize() } catch { return problem(path, "\(error)") }
+        // The final block authenticates the length (format 4); one it finds damaged is
+        // not named again by the walk below.
+        var finalDamaged: UInt64?
         if tornTail == nil {
-            // The final block authenticates the length (format 4).
-            do { try file.checkFinalBlock() } catch { problem(path, "\(error)") }
+            do {
+                try file.checkFinalBlock()
+            } catch VaultError.blockDamaged(let index) {
+                finalDamaged = index
+                problem(path, "block \(index) failed authentication")
+            } catch {
+                problem(path, "\(error)")
+            }
         }
         // Block by block, so that every damaged block is named, not only the first.
         let chunk = Int(BlockLayout.plainBlockSize)
@@ -555,6 +564,8 @@ public final class VaultChecker {
                 _ = try buffer.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
             } catch is VaultError where torn.contains(UInt64(offset / Int64(chunk))) {
                 // Reported above as a leftover.
+            } catch VaultError.blockDamaged(let index) where index == finalDamaged {
+                // Reported above.
             } catch VaultError.blockDamaged(let index) {
                 problem(path, "block \(index) failed authentication")
             } catch {

@@ -102,6 +102,25 @@ final class IntegrityTests: EndToEndCase {
         for (name, _, _) in cuts { XCTAssertTrue(fsck.stdout.contains("damaged: /\(name):"), fsck.stdout) }
     }
 
+    /// fsck names each damaged block once: the final block, which it checks first (it
+    /// authenticates the length), is not reported again by the walk over every block.
+    func testFsckNamesEachDamagedBlockOnce() {
+        let vault = vaultWithFiles(7)
+        let paths = backing(vault, ["z", "odd"])
+        vault.unmount()
+        // z: one final block 0 (bytes 34…); odd: 5000 bytes, block 0 and final block 1.
+        let flips = [(paths["z"]!, 34 + 30), (paths["odd"]!, 34 + 100), (paths["odd"]!, 34 + 4136 + 100)]
+        for (path, at) in flips {
+            assertOK(Harness.sh("python3 -c 'f = open(\"\(path)\", \"r+b\"); f.seek(\(at)); b = f.read(1); f.seek(\(at)); f.write(bytes([b[0] ^ 1]))'"),
+                     "flip")
+        }
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 40, fsck.stdout + fsck.stderr)
+        let lines = fsck.stdout.split(separator: "\n").filter { $0.hasPrefix("damaged:") }.map(String.init)
+        XCTAssertEqual(lines.sorted(), ["damaged: /odd: block 0 failed authentication", "damaged: /odd: block 1 failed authentication",
+                                        "damaged: /z: block 0 failed authentication"], fsck.stdout)
+    }
+
     func testACutAtABlockBoundaryPassesSilentlyInAFormat3Vault() {
         let vault = vaultWithFiles(3)
         let even = vault.backingPath(of: "even")
