@@ -95,16 +95,30 @@ extension PlainFileSystem {
         // Directories made while locked are converted before what they hold.
         let dropped = Set(made.values.flatMap { $0.values.filter(\.isDirectory).map { LockedView.Key($0.node) } })
         var pending = directories.values.filter { $0.takesDrops && !dropped.contains(.init($0.node)) }.map(\.node)
+        // The lock forgot the directories' names: the view's passages (never renamed while
+        // locked) name the way to each, for the log lines.
+        var paths: [LockedView.Key: String] = [.init(nodes.root): ""]
+        var ways = [nodes.root]
+        while let node = ways.popLast(), let path = paths[.init(node)] {
+            for (name, child) in directories[.init(node)]?.passages ?? [:] {
+                paths[.init(child)] = path + "/" + String(decoding: name, as: UTF8.self)
+                ways.append(child)
+            }
+        }
         while let dir = pending.popLast() {
+            let path = paths[.init(dir)] ?? (dir.plaintextPath == "/" ? "" : dir.plaintextPath)
             for (name, drop) in made[.init(dir)] ?? [:] where drop.isSealed {
                 do {
-                    let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node)
+                    let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node, shownIn: path)
                     drop.node.setName(converted.name, parent: dir)
-                    if drop.isDirectory { pending.append(drop.node) }
+                    if drop.isDirectory {
+                        paths[.init(drop.node)] = path + "/" + String(decoding: converted.name, as: UTF8.self)
+                        pending.append(drop.node)
+                    }
                 } catch {
                     logger.error("""
-                        unlock: a file made while locked in \(dir.plaintextPath) (\(String(decoding: name, as: UTF8.self))) is not converted yet: \
-                        \(error)
+                        unlock: a file made while locked in \(path.isEmpty ? "/" : path) (\(String(decoding: name, as: UTF8.self))) is not converted \
+                        yet: \(error)
                         """)
                 }
             }
@@ -120,7 +134,10 @@ extension PlainFileSystem {
     /// `madeHere` is the node of a drop this mount made (or renamed) in the lock that ends:
     /// it is taken as it is, if its backing entry is still that inode. Any other entry
     /// under a drop's name was found in CIPHERDIR and must pass `FoundDrop`'s rule.
-    func convert(_ backing: String, in dir: Node, keys: Keys, madeHere: Node? = nil) throws -> (name: [UInt8], backing: String) {
+    /// `shownIn`: the plaintext path of `dir` for the log ("" for the root), where the node
+    /// knows none (at the unlock: the lock forgot the names).
+    func convert(_ backing: String, in dir: Node, keys: Keys, madeHere: Node? = nil,
+                 shownIn path: String? = nil) throws -> (name: [UInt8], backing: String) {
         guard let dropKeys = keys.set.drops else { throw Errno(EACCES, "no drop key") }
         let (name, binding) = try DropName.decode(backing, keys: dropKeys, bound: bindsDrops)
         let st = try Sys.stat(backing, in: dir.fd)
@@ -159,7 +176,7 @@ extension PlainFileSystem {
             // Converted meanwhile (by a listing): done.
         }
         try AtomicFile.syncDirectory(dir.fd)
-        let parent = dir.plaintextPath == "/" ? "" : dir.plaintextPath
+        let parent = path ?? (dir.plaintextPath == "/" ? "" : dir.plaintextPath)
         logger.notice("made while locked: \(parent)/\(String(decoding: shown, as: UTF8.self)) (backing inode \(st.st_ino)) is an ordinary entry now")
         return (shown, new.name)
     }

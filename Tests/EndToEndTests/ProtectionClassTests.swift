@@ -654,6 +654,21 @@ final class ProtectionClassTests: EndToEndCase {
         XCTAssertFalse(fsck.stdout.contains("leftover"), fsck.stdout)
     }
 
+    /// The log of the unlock names each entry made while locked by its whole path, though
+    /// the lock forgot the names of the directories on the way.
+    func testTheUnlockLogsWhereEachEntryMadeWhileLockedIs() {
+        let vault = mountedVault()
+        assertOK(vault.sh("""
+            mkdir -p home/bg && '\(Harness.coffer)' protect --class unless-open home/bg > /dev/null && ls home/bg
+            '\(Harness.coffer)' lock "$M" > /dev/null
+            echo a > home/bg/a && mkdir home/bg/new && echo b > home/bg/new/b
+            '\(Harness.coffer)' unlock --passfile '\(vault.passfile)' "$M" > /dev/null
+            """), "files made while locked")
+        let lines = vault.log.split(separator: "\n").filter { $0.contains("made while locked: ") }
+            .map { String($0[$0.range(of: "made while locked: ")!.upperBound...].prefix { $0 != " " }) }
+        XCTAssertEqual(lines.sorted(), ["/home/bg/a", "/home/bg/new", "/home/bg/new/b"], vault.log)
+    }
+
     /// A sync engine's conflict copy of a file made while locked holds the same file ID;
     /// removing the copy leaves the original's key record, and the original reads.
     func testRemovingAConflictCopyLeavesTheOriginalsKeyRecord() {
