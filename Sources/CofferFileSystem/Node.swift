@@ -105,6 +105,17 @@ public final class Node: Sendable {
         return cipher
     }
 
+    /// Zeroes the key `sealedCipher` holds (the lock): read again from the key record
+    /// with the keys, after the unlock. A file that keeps its key through the lock holds
+    /// a copy of its own (`keep`).
+    func forgetSealedKey() {
+        let known = sealedKey.withLock { known -> ContentCipher? in
+            defer { known = nil }
+            return known?.cipher
+        }
+        known?.retire()
+    }
+
     /// The prepared block key of this inode's content while a file of it is open
     /// (the per-file key, for AES-256-GCM expanded): wiped at the last close and the lock.
     let blockKeys = BlockKeySlot()

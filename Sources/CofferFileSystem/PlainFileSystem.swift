@@ -301,8 +301,12 @@ public final class PlainFileSystem: Sendable {
         transition.end()
         nodes.forgetNames()
         retiring?.set.wipe()
-        // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot).
-        for node in nodes.allNodes() { node.blockKeys.wipe() }
+        // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot); nor
+        // is the key of a file made while locked, read from its key record since the unlock.
+        for node in nodes.allNodes() {
+            node.blockKeys.wipe()
+            node.forgetSealedKey()
+        }
         if stuck > 0 { logger.warning("lock: \(stuck) operation(s) still running after \(lockWaitBound) s; keys wiped under them") }
     }
 

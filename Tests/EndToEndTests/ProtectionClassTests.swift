@@ -225,6 +225,14 @@ final class ProtectionClassTests: EndToEndCase {
             with open(os.path.join(m, "bg", "closed"), "wb") as g: g.write(b"c" * 10000)
             # A file of a complete directory, open through the lock: its key goes at the lock.
             held = open(os.path.join(m, "held"), "w+b"); held.write(b"h" * 10000); held.flush(); os.fsync(held.fileno())
+            # A file made while locked (its key of its own, in its key record), converted at
+            # the unlock, moved into a complete directory and read: open through the next
+            # lock, its key goes at the lock too.
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            with open(os.path.join(m, "bg", "dropped"), "wb") as g: g.write(b"d" * 10000)
+            subprocess.run([coffer, "unlock", "--recovery-key-file", recovery, m], check=True, stdout=subprocess.DEVNULL)
+            os.rename(os.path.join(m, "bg", "dropped"), os.path.join(m, "held-drop"))
+            held_drop = open(os.path.join(m, "held-drop"), "rb"); assert held_drop.read(5) == b"ddddd"
             def file_key(name):
                 ino = os.stat(os.path.join(m, name if name == "held" else os.path.join("bg", name))).st_ino
                 for root, _, files in os.walk(c):
@@ -234,10 +242,20 @@ final class ProtectionClassTests: EndToEndCase {
                             file_id = open(p, "rb").read(18)[2:18]
                             personal = b"coffer-aes-file1" if conf["contentCipher"] == "aes256gcm" else b"coffer-xch-file1"
                             return hashlib.blake2b(b"", digest_size=32, key=subkeys[0], salt=file_id, person=personal).digest()
+            def drop_key(name):
+                # Its placed key record (docs/FORMAT.md §12, format 7): nonce ‖ AEAD(K_metadata, 02 ‖ file ID ‖ K_file).
+                ino = os.stat(os.path.join(m, name)).st_ino
+                p = next(os.path.join(c, n) for n in os.listdir(c) if os.stat(os.path.join(c, n)).st_ino == ino)
+                file_id = open(p, "rb").read(18)[2:18]
+                record = open(os.path.join(c, "coffer.drops", f.b64url(file_id)), "rb").read()
+                plain = f.aead_open(subkeys[3], record[:24], record[24:], b"coffer.drop.placed\\0" + file_id)
+                assert plain is not None and plain[:17] == b"\\x02" + file_id, "the held drop's record opens"
+                return plain[17:49]
             keys = {"master": master, **{"subkey %d" % (i + 1): s for i, s in enumerate(subkeys)},
-                    "kept file": file_key("kept"), "closed file": file_key("closed"), "held file": file_key("held")}
+                    "kept file": file_key("kept"), "closed file": file_key("closed"), "held file": file_key("held"),
+                    "held drop": drop_key("held-drop")}
             if conf["contentCipher"] == "aes256gcm":
-                for name in ("kept file", "closed file", "held file"):
+                for name in ("kept file", "closed file", "held file", "held drop"):
                     keys[name + " schedule"] = aes256_round_keys(keys[name])[:64]
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
@@ -262,12 +280,12 @@ final class ProtectionClassTests: EndToEndCase {
         let open = counts("while open "), closed = counts("after close ")
         XCTAssertGreaterThan(open["kept file"] ?? 0, 0, "\(engine): the open unless-open file's key is not kept: \(r.stdout)")
         XCTAssertEqual(closed["kept file"], 0, "\(engine): the file's key outlived its close: \(r.stdout)")
-        var gone = ["master"] + (1...8).map({ "subkey \($0)" }) + ["closed file", "held file"]
+        var gone = ["master"] + (1...8).map({ "subkey \($0)" }) + ["closed file", "held file", "held drop"]
         if ContentAlgorithmProbe.aesAvailable {
             // The search finds a schedule where one must be: the kept file's, while open.
             XCTAssertGreaterThan(open["kept file schedule"] ?? 0, 0, "\(engine): no expanded key of the open file found: \(r.stdout)")
             XCTAssertEqual(closed["kept file schedule"], 0, "\(engine): the file's expanded key outlived its close: \(r.stdout)")
-            gone += ["closed file schedule", "held file schedule"]
+            gone += ["closed file schedule", "held file schedule", "held drop schedule"]
         }
         for name in gone {
             XCTAssertEqual(open[name], 0, "\(engine): \(name) in the daemon's memory after the lock: \(r.stdout)")
