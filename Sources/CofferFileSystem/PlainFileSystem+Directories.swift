@@ -6,9 +6,10 @@ import CofferSystem
 import CofferVault
 import Glibc
 import Logging
+import Synchronization
 
 /// One entry of a plaintext directory listing.
-public struct ListedEntry {
+public struct ListedEntry: Sendable {
     public let name: [UInt8]
     public let ino: UInt64
     /// d_type (DT_REG, DT_DIR, …).
@@ -21,14 +22,29 @@ public struct ListedEntry {
 }
 
 /// An open directory: the node and the listing taken at its first READDIR (or at a
-/// rewind's). The kernel sends one READDIR at a time per open directory.
-final class OpenDirectory {
+/// rewind's). The kernel sends one READDIR at a time per open directory; the lock, which
+/// runs when no operation holds the keys, forgets a listing of plaintext names.
+final class OpenDirectory: Sendable {
     let node: Node
-    var entries: [ListedEntry] = []
+    private let listing = Mutex<(entries: [ListedEntry], takenWhileLocked: Bool)>(([], false))
+
+    var entries: [ListedEntry] {
+        get { listing.withLock { $0.entries } }
+        set { listing.withLock { $0.entries = newValue } }
+    }
     /// The listing was taken while locked: only what was made since the lock.
-    var takenWhileLocked = false
+    var takenWhileLocked: Bool {
+        get { listing.withLock { $0.takenWhileLocked } }
+        set { listing.withLock { $0.takenWhileLocked = newValue } }
+    }
 
     init(node: Node) { self.node = node }
+
+    /// The lock: a listing taken with the keys (the names of the directory, decrypted)
+    /// goes; the next READDIR while locked answers EACCES, one after the unlock lists anew.
+    func forgetListing() {
+        listing.withLock { if !$0.takenWhileLocked { $0.entries = [] } }
+    }
 
     /// Retains this directory and returns its handle for the kernel; each call needs its own
     /// `release`, so call it once, where the handle is handed out.
@@ -45,8 +61,8 @@ extension PlainFileSystem {
             let directory = OpenDirectory(node: nodes.node(id))
             directory.entries = try lockedListing(view, nodes.node(id))
             directory.takenWhileLocked = true
-            return directory.issueHandle()
-        }) { _ in OpenDirectory(node: nodes.node(id)).issueHandle() }
+            return openDirectories.add(directory)
+        }) { _ in openDirectories.add(OpenDirectory(node: nodes.node(id))) }
     }
 
     /// Reads and decrypts the backing directory. A name that fails to decrypt is left
@@ -116,7 +132,10 @@ extension PlainFileSystem {
         }
     }
 
-    public func releasedir(_ handle: UInt64) { OpenDirectory.release(handle) }
+    public func releasedir(_ handle: UInt64) {
+        openDirectories.remove(OpenDirectory.borrow(handle))
+        OpenDirectory.release(handle)
+    }
 
     public func fsyncdir(_ handle: UInt64) throws {
         try inView(locked: { try lockedSyncDirectory($0, OpenDirectory.borrow(handle).node) }) { _ in
@@ -124,5 +143,25 @@ extension PlainFileSystem {
             try AtomicFile.syncDirectory(node.fd)
             try makeAncestorsDurable(node)
         }
+    }
+}
+
+/// The directories open now, for the lock to forget their listings.
+final class OpenDirectories: Sendable {
+    private let open = Mutex<[ObjectIdentifier: OpenDirectory]>([:])
+
+    /// Adds `directory` and returns its handle for the kernel.
+    func add(_ directory: OpenDirectory) -> UInt64 {
+        open.withLock { $0[ObjectIdentifier(directory)] = directory }
+        return directory.issueHandle()
+    }
+
+    func remove(_ directory: OpenDirectory) {
+        _ = open.withLock { $0.removeValue(forKey: ObjectIdentifier(directory)) }
+    }
+
+    /// Every open directory forgets a listing taken with the keys.
+    func forgetListings() {
+        for directory in open.withLock({ Array($0.values) }) { directory.forgetListing() }
     }
 }

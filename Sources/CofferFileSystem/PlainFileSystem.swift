@@ -80,6 +80,8 @@ public final class PlainFileSystem: Sendable {
     let journal: UndoJournal?
     /// Directories whose IV file this daemon has made durable.
     let durableDirectories = DurableDirectories()
+    /// The directories the kernel holds open (their listings go at the lock).
+    let openDirectories = OpenDirectories()
     /// The writeback started behind long sequential writes (WriteBehind).
     let writeBehindStarts = WriteBehindStarts()
     /// Other programs' changes to CIPHERDIR, and the cache policy they call for.
@@ -108,6 +110,7 @@ public final class PlainFileSystem: Sendable {
     ///               → NodeTable.table → Node.state, Node.opened
     ///
     /// Leaves (nothing is taken under them): Node.state, Node.opened, EntryNames, FileIDCache,
+    /// OpenDirectory.listing, OpenDirectories.open,
     /// VolatileBlocks, DurableDirectories, UndoJournal.state, WriteBehindStarts.waiting.
     /// NodeTable.table and Node.state may be taken with or without Node.contentLock held.
     /// The in-flight count is the workers' shared hold on the keys: `lock()` closes the
@@ -300,6 +303,7 @@ public final class PlainFileSystem: Sendable {
         }
         transition.end()
         nodes.forgetNames()
+        openDirectories.forgetListings()
         retiring?.set.wipe()
         // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot); nor
         // is the key of a file made while locked, read from its key record since the unlock.

@@ -477,6 +477,38 @@ final class HostileHostTests: EndToEndCase {
         XCTAssertFalse(r.stdout.contains("damaged file served"), r.stdout)
     }
 
+    /// A program that holds a directory open across a lock (a file manager, a shell in
+    /// the middle of a listing) leaves no name of it in the daemon's memory: the listing
+    /// its open directory took goes at the lock. The names are made by one daemon and
+    /// listed by the next, which sees them only in that listing; its freed memory is
+    /// overwritten (MALLOC_PERTURB_, and no per-thread cache of freed chunks, which glibc
+    /// does not overwrite), so what the scan finds is what the daemon still holds.
+    func testAfterALockAnOpenDirectoryKeepsNoListing() throws {
+        if let sanitizer = Harness.sanitizer { throw XCTSkip("a memory scan reads no \(sanitizer) sanitizer's address space") }
+        let vault = mountedVault()
+        let marker = "NAMEMARKER\(UInt32.random(in: 0...UInt32.max))"
+        assertOK(vault.sh("mkdir held && for i in $(seq 50); do : > held/\(marker)-$i; done"), "names")
+        vault.unmount()
+        vault.environment["MALLOC_PERTURB_"] = "165"
+        vault.environment["GLIBC_TUNABLES"] = "glibc.malloc.tcache_count=0"
+        vault.mount()
+        let script = Harness.memoryScan + """
+            import json, os, subprocess, sys
+            coffer, m, marker = sys.argv[1:4]
+            held = os.open(os.path.join(m, "held"), os.O_RDONLY | os.O_DIRECTORY)
+            with os.scandir(held) as it: assert sum(1 for _ in it) == 50
+            pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
+            print("listed", scan(pid, {"marker": marker.encode()})["marker"])
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            print("locked", scan(pid, {"marker": marker.encode()})["marker"])
+            os.close(held)
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, marker], timeout: 120)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertFalse(r.stdout.contains("listed 0\n"), "the scan finds the names while unlocked: \(r.stdout)")
+        XCTAssertTrue(r.stdout.contains("locked 0\n"), "names of an open directory in the daemon's memory after lock: \(r.stdout) \(r.stderr)")
+    }
+
     // MARK: 9. Secrets in clients, the daemon's log file
 
     func testUnlockIsNotDumpableWhileItReadsThePassphrase() {
