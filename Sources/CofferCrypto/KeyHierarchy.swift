@@ -20,6 +20,19 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
     case place = 7
     /// X25519 secret key of the files dropped while locked (format 6, DropKeys).
     case drop = 8
+    /// Root of the after-first-unlock domain's subkeys (format 8, KeyDomain): derived
+    /// from the master key only, never used as a key itself.
+    case afterFirstUnlock = 9
+}
+
+/// Which keys an inode's names, tags, file keys and records use (format 8, docs/FORMAT.md
+/// §12): a directory of class after-first-unlock is in the AFU domain, every other one in
+/// the vault domain; a file, symlink or other entry is in its directory's.
+public enum KeyDomain: Sendable, Hashable {
+    /// The master key's own subkeys (every directory of every format up to 7).
+    case vault
+    /// The subkeys derived from subkey 9: kept through every lock but `lock --all`.
+    case afterFirstUnlock
 }
 
 /// The master key: 32 random bytes in secure memory. It only ever exists unwrapped
@@ -27,15 +40,34 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
 public final class MasterKey: Sendable {
     /// Size of the master key and of every subkey, in bytes (256 bits).
     public static let size = 32
-    /// crypto_kdf context: exactly 8 bytes, names the format generation.
-    static let kdfContext: [CChar] = Array("coffer01".utf8CString)
+    /// crypto_kdf context of the vault domain: exactly 8 bytes, names the format generation.
+    static let kdfContext = "coffer01"
+    /// crypto_kdf context of the after-first-unlock domain's subkeys (format 8).
+    static let afterFirstUnlockContext = "cofferAF"
 
     public let secret: SecureBytes
+    /// The crypto_kdf context `subkey` derives with.
+    let context: [CChar]
 
     /// Takes ownership of `secret`, which must hold exactly 32 bytes.
-    public init(secret: SecureBytes) {
-        precondition(secret.count == MasterKey.size)
+    public convenience init(secret: SecureBytes) {
+        self.init(secret: secret, context: MasterKey.kdfContext)
+    }
+
+    private init(secret: SecureBytes, context: String) {
+        precondition(secret.count == MasterKey.size && context.utf8.count == 8)
         self.secret = secret
+        self.context = Array(context.utf8CString)
+    }
+
+    /// The root of `domain`'s subkeys: this key itself for the vault domain; for the AFU
+    /// domain (format 8) subkey 9, whose subkeys are derived under the context "cofferAF".
+    /// `subkey` of the result gives the domain's keys by the same purposes (1–7).
+    public func root(of domain: KeyDomain) -> MasterKey {
+        switch domain {
+        case .vault: return self
+        case .afterFirstUnlock: return MasterKey(secret: subkey(.afterFirstUnlock), context: MasterKey.afterFirstUnlockContext)
+        }
     }
 
     /// A fresh random master key for a new vault.
@@ -44,7 +76,7 @@ public final class MasterKey: Sendable {
     /// The subkey for `purpose` (crypto_kdf_derive_from_key, BLAKE2b-based).
     public func subkey(_ purpose: SubkeyPurpose) -> SecureBytes {
         let sub = SecureBytes(count: MasterKey.size)
-        let rc = MasterKey.kdfContext.withUnsafeBufferPointer { context in
+        let rc = self.context.withUnsafeBufferPointer { context in
             crypto_kdf_derive_from_key(sub.bytes, MasterKey.size, purpose.rawValue,
                                        context.baseAddress!, secret.bytes)
         }

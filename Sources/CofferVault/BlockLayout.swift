@@ -23,8 +23,14 @@ public struct BlockLayout: Sendable, Equatable {
     /// Format 6: as format 4, and files made while locked have header version 3.
     public static let boundWithDrops = BlockLayout(header: 2, sealed: true)
 
+    /// Format 8: header version 4, each file's key wrapped in it (a file made while locked
+    /// has a wrap of zeros and its key in its key record).
+    public static let wrapped = BlockLayout(header: FileHeader.wrappedVersion)
+
     /// The layout of a vault of `format`.
-    public static func of(format: Int) -> BlockLayout { format >= 6 ? .boundWithDrops : format >= 4 ? .bound : .unbound }
+    public static func of(format: Int) -> BlockLayout {
+        format >= 8 ? .wrapped : format >= 6 ? .boundWithDrops : format >= 4 ? .bound : .unbound
+    }
 
     /// The header version this layout writes and reads.
     public let headerVersion: UInt16

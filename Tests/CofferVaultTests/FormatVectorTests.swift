@@ -78,6 +78,20 @@ final class FormatVectorTests: XCTestCase {
         out.append(("place_tag", hex(placeTag)))
         out.append(("place_tag_linked", hex(try keys.places.linkedTag(fileID: fileID.bytes))))
         out.append(("content_file_header_v2", hex(FileHeader(version: 2, fileID: fileID, placeTag: placeTag).bytes)))
+        // Format 8: the AFU domain's subkeys, the key 30 … 4f of that file wrapped in each
+        // domain, and the version-4 header of that file in the AFU domain (its place tag
+        // there for hello.txt in the directory with IV f0 … ff).
+        let afuRoot = master.root(of: .afterFirstUnlock)
+        for purpose in SubkeyPurpose.allCases where purpose.rawValue <= SubkeyPurpose.place.rawValue {
+            out.append(("afu_subkey_\(purpose.rawValue)", hex(afuRoot.subkey(purpose).withUnsafeBytes { Array($0) })))
+        }
+        let afu = KeySet(master: afuRoot, content: .xchacha20poly1305, perFileKeys: true)
+        let fileKey = slotKey(from: 0x30)
+        out.append(("file_key_wrap", hex(try FileKeyWrap.wrap(fileKey, fileID: fileID.bytes, under: keys.metadata))))
+        let afuWrap = try FileKeyWrap.wrap(fileKey, fileID: fileID.bytes, under: afu.metadata)
+        out.append(("file_key_wrap_afu", hex(afuWrap)))
+        let afuTag = try afu.places.tag(fileID: fileID.bytes, dirIV: bytes(from: 0xf0, count: 16), name: Array("hello.txt".utf8))
+        out.append(("content_file_header_v4_afu", hex(FileHeader(version: 4, fileID: fileID, placeTag: afuTag, keyWrap: afuWrap).bytes)))
         // Format 5: the IV file of directory "docs" (IV f0 … ff) in a directory with IV
         // e0 … ef, never renamed (previous tag zero), and the tag of that IV at the root.
         let docsIV = bytes(from: 0xf0, count: 16)

@@ -214,6 +214,24 @@ def subkey(master: bytes, subkey_id: int) -> bytes:
     return kdf_derive(master, subkey_id, SUBKEY_CONTEXT)
 
 
+AFU_ROOT = 9
+AFU_CONTEXT = b"cofferAF"
+
+
+def afu_subkey(master: bytes, subkey_id: int) -> bytes:
+    """§12 format 8: the AFU domain's subkey id = crypto_kdf(32, id, "cofferAF", K_afu),
+    K_afu = subkey 9 of the master key."""
+    return kdf_derive(subkey(master, AFU_ROOT), subkey_id, AFU_CONTEXT)
+
+
+def file_key_wrap(k_metadata: bytes, file_id: bytes, file_key: bytes) -> bytes:
+    """§12 format 8: key wrap = nonce ‖ AEAD(K_metadata, nonce, K_file, AD), AD = "coffer.file.key"
+    ‖ 0x00 ‖ file ID, nonce = BLAKE2b-24(key = K_metadata, AD ‖ K_file) (Python's BLAKE2b)."""
+    ad = b"coffer.file.key\0" + file_id
+    nonce = hashlib.blake2b(ad + file_key, digest_size=24, key=k_metadata).digest()
+    return nonce + aead_seal(k_metadata, nonce, file_key, ad)
+
+
 def kek_pass(passphrase: bytes, salt: bytes, ops: int, mem: int) -> bytes:
     """§2 KEK_pass = crypto_pwhash(32, passphrase, salt, ops, mem, ALG_ARGON2ID13)."""
     return pwhash_argon2id(32, passphrase, salt, ops, mem)
@@ -575,9 +593,12 @@ def main() -> int:
 
     # §2 master key and subkeys
     check("master_key", MASTER_KEY.hex())
-    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 9)}
-    for i in range(1, 9):
+    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 10)}
+    for i in range(1, 10):
         check("subkey_%d" % i, keys[i].hex())
+    afu = {i: afu_subkey(MASTER_KEY, i) for i in range(1, 8)}
+    for i in range(1, 8):
+        check("afu_subkey_%d" % i, afu[i].hex())
 
     # §4 content
     check("content_file_header", content_header(FILE_ID).hex())
@@ -587,6 +608,14 @@ def main() -> int:
     check("place_tag", tag.hex())
     check("place_tag_linked", linked_tag(keys[SUBKEY_PLACE], FILE_ID).hex())
     check("content_file_header_v2", content_header_v2(FILE_ID, tag).hex())
+    # §12 format 8: a file's own key (30 … 4f) wrapped in each domain; its version-4 header
+    # in the AFU domain, whose place key tags it.
+    check("file_key_wrap", file_key_wrap(keys[SUBKEY_METADATA], FILE_ID, seq(0x30, 0x4F)).hex())
+    afu_wrap = file_key_wrap(afu[SUBKEY_METADATA], FILE_ID, seq(0x30, 0x4F))
+    check("file_key_wrap_afu", afu_wrap.hex())
+    afu_tag = place_tag(afu[SUBKEY_PLACE], FILE_ID, DIR_IV, b"hello.txt")
+    check("content_file_header_v4_afu", (u16(4) + FILE_ID + afu_tag + afu_wrap).hex())
+    check("roundtrip:file_key_wrap_is_72_bytes", str(len(afu_wrap)), "72")
     # §5 format 5: a directory's IV file bound to its place
     dir_tag = directory_tag(keys[SUBKEY_PLACE], DIR_IV, seq(0xE0, 0xEF), b"docs")
     check("dir_tag", dir_tag.hex())
