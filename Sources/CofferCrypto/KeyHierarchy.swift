@@ -103,9 +103,11 @@ public final class KeySet: Sendable {
 
     /// `perFileKeys`: the vault's format seals each file under a key of its own and has
     /// drops (format 6).
-    public init(master: MasterKey, content algorithm: ContentAlgorithm, perFileKeys: Bool = false) {
+    /// `drops` (with `perFileKeys`): the key pair of files made while locked (false for
+    /// the after-first-unlock domain, format 8).
+    public init(master: MasterKey, content algorithm: ContentAlgorithm, perFileKeys: Bool = false, drops withDrops: Bool = true) {
         content = ContentCipher(key: master.subkey(.content), algorithm: algorithm, perFileKeys: perFileKeys)
-        drops = perFileKeys ? DropKeys(secret: master.subkey(.drop)) : nil
+        drops = perFileKeys && withDrops ? DropKeys(secret: master.subkey(.drop)) : nil
         names = NameCipher(macKey: master.subkey(.nameMAC), streamKey: master.subkey(.nameStream))
         xattrNames = NameCipher(macKey: master.subkey(.xattrNameMAC),
                                 streamKey: master.subkey(.xattrNameStream))

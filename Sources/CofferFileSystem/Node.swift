@@ -36,6 +36,14 @@ public final class Node: Sendable {
     /// inode loses its last name is another program's doing.
     let removedThroughMount = Atomic<Bool>(false)
 
+    /// The inode is in the after-first-unlock key domain (format 8, docs/FORMAT.md §12): a
+    /// directory of that class, or an entry of such a directory; set when it is entered,
+    /// false until then and in every vault before format 8. Not secret: kept through locks.
+    private let inAfterFirstUnlockDomain = Atomic<Bool>(false)
+    /// The key domain of this inode's names, tags, keys and records (`inAfterFirstUnlockDomain`).
+    var keyDomain: KeyDomain { inAfterFirstUnlockDomain.load(ordering: .acquiring) ? .afterFirstUnlock : .vault }
+    func setKeyDomain(_ domain: KeyDomain) { inAfterFirstUnlockDomain.store(domain == .afterFirstUnlock, ordering: .releasing) }
+
     /// The open files of this inode, and the key a lock left it (an `unless-open` file
     /// open at the lock: PlainFileSystem+Classes); a leaf lock.
     private let opened = Mutex<(count: Int, keptKey: ContentCipher?)>((0, nil))

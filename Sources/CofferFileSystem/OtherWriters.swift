@@ -182,7 +182,7 @@ extension PlainFileSystem {
             // listing here, under its name, which the kernel may hold as absent.
             dir.dropsChecked.store(false, ordering: .releasing)
             let name = try? withKeys(activity: false) { keys in
-                try keys.set.drops.map { try DropName.decode(event.name, keys: $0, bound: bindsDrops).name }
+                try keys.vault?.set.drops.map { try DropName.decode(event.name, keys: $0, bound: bindsDrops).name }
             }
             if let name = name ?? nil { hooks.invalidate(name, in: dirID) }
             return

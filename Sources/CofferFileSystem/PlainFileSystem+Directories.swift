@@ -82,7 +82,7 @@ extension PlainFileSystem {
             return
         }
         for backing in listing {
-            if DropName.isDrop(backing.name), keys.set.drops != nil {
+            if DropName.isDrop(backing.name), keys.vault?.set.drops != nil {
                 // Made while locked, and not converted yet (on another machine, or by a
                 // daemon that ended while locked): an ordinary entry from now on.
                 do {
@@ -128,7 +128,7 @@ extension PlainFileSystem {
     public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
         try inView(locked: { try lockedLookup($0, parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) }) { keys in
             let directory = OpenDirectory.borrow(handle)
-            return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name), keys: keys)
+            return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name, keys: keys), keys: keys)
         }
     }
 

@@ -27,7 +27,7 @@ extension PlainFileSystem {
     /// directories that take drops, and the names that lead to them — or nil if there is
     /// none (no drop key, or no `unless-open` directory known to the kernel).
     func lockedView(keys: Keys, unlessOpen: Set<LockedView.Key>) -> LockedView? {
-        guard let publicKey = keys.set.drops?.publicKey else { return nil }
+        guard let publicKey = keys.vault?.set.drops?.publicKey else { return nil }
         struct Found {
             let node: Node
             var takesDrops = false
@@ -79,7 +79,7 @@ extension PlainFileSystem {
         }
         var existing = Set<[UInt8]>()
         for backing in listed {
-            let name = DropName.isDrop(backing) ? keys.set.drops.flatMap { try? DropName.decode(backing, keys: $0, bound: bindsDrops).name }
+            let name = DropName.isDrop(backing) ? keys.vault?.set.drops.flatMap { try? DropName.decode(backing, keys: $0, bound: bindsDrops).name }
                 : (try? names.decode(backing, in: dir.fd))??.name
             if let name { existing.insert(digest(name)) }
         }
@@ -138,7 +138,7 @@ extension PlainFileSystem {
     /// knows none (at the unlock: the lock forgot the names).
     func convert(_ backing: String, in dir: Node, keys: Keys, madeHere: Node? = nil,
                  shownIn path: String? = nil) throws -> (name: [UInt8], backing: String) {
-        guard let dropKeys = keys.set.drops else { throw Errno(EACCES, "no drop key") }
+        guard let dropKeys = keys.vault?.set.drops else { throw Errno(EACCES, "no drop key") }
         let (name, binding) = try DropName.decode(backing, keys: dropKeys, bound: bindsDrops)
         let st = try Sys.stat(backing, in: dir.fd)
         if let madeHere, UInt64(st.st_ino) != madeHere.ino || UInt64(st.st_dev) != madeHere.dev {
@@ -184,20 +184,20 @@ extension PlainFileSystem {
     /// Step 2 of a conversion for the file open as `fd`: its place tag for `place` written
     /// (and, format 7, its key record marked placed), after `FoundDrop`'s rule if `found`.
     private func placeDroppedFile(_ fd: Int32, at place: Place, binding: [UInt8]?, found: Bool, keys: Keys, dropKeys: DropKeys) throws {
-        let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
+        let file = ContentFile(fd: fd, cipher: try keys.of(.vault).set.content, layout: layout)
         let header = try file.header()
-        let tag = try keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
+        let tag = try keys.of(.vault).set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name)
         let root = nodes.root.fd
         if found {
             let refusal = bindsDrops
                 ? FoundDrop.boundFileRefusal(header, binding: binding, dirIV: place.dirIV, expectedTag: tag, record: {
-                    (try? DropRecord.readRecord(fileID: header.fileID, root: root, keys: keys.set)).map { record in
+                    (try? DropRecord.readRecord(fileID: header.fileID, root: root, keys: try keys.of(.vault).set)).map { record in
                         record.key.wipe()
                         return record.placed
                     }
                 })
                 : FoundDrop.fileRefusal(header, expectedTag: tag, recordOpens: {
-                    (try? DropRecord.read(fileID: header.fileID, root: root, keys: keys.set))?.wipe() != nil
+                    (try? DropRecord.read(fileID: header.fileID, root: root, keys: try keys.of(.vault).set))?.wipe() != nil
                 })
             if let refusal { throw VaultError.dropRefused(reason: refusal) }
         }
@@ -206,9 +206,9 @@ extension PlainFileSystem {
         // Format 7: the record marked placed once the tag is on the disk (a crash between
         // leaves a tag this conversion accepts again), so a copy planted again is refused.
         if bindsDrops && header.isSealed {
-            let record = try DropRecord.readRecord(fileID: header.fileID, root: root, keys: keys.set)
+            let record = try DropRecord.readRecord(fileID: header.fileID, root: root, keys: try keys.of(.vault).set)
             defer { record.key.wipe() }
-            if !record.placed { try DropRecord.markPlaced(key: record.key, fileID: header.fileID, metadata: keys.set.metadata, root: root) }
+            if !record.placed { try DropRecord.markPlaced(key: record.key, fileID: header.fileID, metadata: try keys.of(.vault).set.metadata, root: root) }
         }
     }
 
@@ -219,14 +219,14 @@ extension PlainFileSystem {
     private func placeDroppedDirectory(_ sub: Int32, named backing: String, in dir: Node, at place: Place, binding: [UInt8]?,
                                        found: Bool, keys: Keys) throws {
         let record = try? DirectoryIV.read(in: sub, bound: bindsDirectories)
-        let fits = try record.map { try DirectoryBinding.fits($0, places: [place], macs: keys.set.places) } ?? false
+        let fits = try record.map { try DirectoryBinding.fits($0, places: [place], macs: try keys.of(.vault).set.places) } ?? false
         if bindsDrops {
             if found, let refusal = FoundDrop.boundDirectoryRefusal(record, binding: binding, dirIV: place.dirIV, fitsPlace: fits) {
                 throw VaultError.dropRefused(reason: refusal)
             }
             guard let record else { throw VaultError.dropRefused(reason: "it has no IV file") }
             guard !fits else { return }  // tagged before a crash
-            try DirectoryIV.rebind(in: sub, record: record, to: try keys.set.places.directoryTag(iv: record.iv, at: place))
+            try DirectoryIV.rebind(in: sub, record: record, to: try keys.of(.vault).set.places.directoryTag(iv: record.iv, at: place))
             try inheritClass(from: dir, into: sub, iv: record.iv, keys: keys)
             return
         }
@@ -237,14 +237,14 @@ extension PlainFileSystem {
             }
             return  // made before a crash
         }
-        _ = try DirectoryIV.create(in: sub, iv: iv, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+        _ = try DirectoryIV.create(in: sub, iv: iv, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: try keys.of(.vault).set.places) : nil)
         try inheritClass(from: dir, into: sub, iv: iv, keys: keys)
     }
 
     /// Converts the entries of `dir` made while locked that no mount converted yet (once
     /// per directory until another program changes it: one listing). True if it did any.
     func convertFoundDrops(in dir: Node, keys: Keys) -> Bool {
-        guard keys.set.drops != nil, !dir.dropsChecked.exchange(true, ordering: .acquiringAndReleasing) else { return false }
+        guard keys.vault?.set.drops != nil, !dir.dropsChecked.exchange(true, ordering: .acquiringAndReleasing) else { return false }
         var converted = false
         for name in (try? Sys.listDirectory(dir.fd)) ?? [] where DropName.isDrop(name) {
             do {

@@ -88,7 +88,7 @@ extension PlainFileSystem {
                 let fd = try FileDescriptor.open(temp, in: dir.fd, flags: O_PATH | O_DIRECTORY | O_NOFOLLOW)
                 let place = Place(dirIV: try directoryIV(dir, keys: keys), name: name)
                 iv = try DirectoryIV.create(in: fd.rawValue, durable: false,
-                                            tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+                                            tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.in(dir).set.places) : nil)
                 try inheritClass(from: dir, into: fd.rawValue, iv: iv, keys: keys)
                 // A directory made in a setgid directory is setgid (mkdirat gave it the bit).
                 let inherited = try Sys.stat(fd.rawValue).st_mode & S_ISGID
@@ -100,7 +100,7 @@ extension PlainFileSystem {
                 backing.abandon(in: dir)
                 throw error
             }
-            let entry = try enter(backing.name, in: dir, plainName: name)
+            let entry = try enter(backing.name, in: dir, plainName: name, keys: keys)
             nodes.node(entry.node).setDirectoryIV(iv)
             return entry
         }
@@ -123,14 +123,14 @@ extension PlainFileSystem {
                     try Sys.mknod(backing.name, in: dir.fd, mode: mode, device: device)
                 }
             }
-            return try enter(backing.name, in: dir, plainName: name)
+            return try enter(backing.name, in: dir, plainName: name, keys: keys)
         }
     }
 
     public func symlink(target: [UInt8], parent: UInt64, name: [UInt8], caller: Caller) throws -> Entry {
         try withKeys { keys in
             let dir = nodes.node(parent)
-            let stored = try keys.codecs.symlinks.encrypt(target)
+            let stored = try keys.in(dir).codecs.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
             // A long target's sidecar is written before the link, and goes if the link is not made.
             let wroteSidecar: Bool
@@ -148,7 +148,7 @@ extension PlainFileSystem {
                 if wroteSidecar { SymlinkCodec.removeSidecar(stored.linkTarget, in: nodes.root.fd) }
                 throw error
             }
-            return try enter(backing.name, in: dir, plainName: name)
+            return try enter(backing.name, in: dir, plainName: name, keys: keys)
         }
     }
 
@@ -156,7 +156,7 @@ extension PlainFileSystem {
         try withKeys { keys in
             let node = nodes.node(id)
             return try reportingDamage(node) {
-                try keys.codecs.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
+                try keys.in(node).codecs.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
             }
         }
     }
@@ -177,7 +177,7 @@ extension PlainFileSystem {
             }
             // The new name is the node's own inode: entered by its descriptor, no name opened.
             let st = try Sys.stat(node.fd)
-            guard nodes.rememberAgain(node) else { return try enter(backing.name, in: dir, plainName: name) }
+            guard nodes.rememberAgain(node) else { return try enter(backing.name, in: dir, plainName: name, keys: keys) }
             node.setName(name, parent: dir)
             dir.rememberEntry(name)
             return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd), validFor: cacheSeconds(in: dir))
@@ -211,9 +211,9 @@ extension PlainFileSystem {
     /// symlink with a long target (whose sidecar must go with it), else nil. `st` is its
     /// stat; the link is read only in vaults that have such sidecars.
     private func lastLinkTargetSidecar(_ backingName: String, stat st: stat, in dir: Node, keys: Keys) -> String? {
-        guard keys.codecs.symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1,
+        guard let symlinks = try? keys.in(dir).codecs.symlinks, symlinks.longTargets, st.st_mode & S_IFMT == S_IFLNK, st.st_nlink == 1,
               st.st_size == SymlinkCodec.referenceLength, let linkTarget = try? Sys.readlink(backingName, in: dir.fd) else { return nil }
-        return keys.codecs.symlinks.sidecar(of: linkTarget)
+        return symlinks.sidecar(of: linkTarget)
     }
 
     /// The file ID of the key record that backing entry `backingName` (stat `st`) takes with
@@ -225,12 +225,13 @@ extension PlainFileSystem {
     /// original's) must not take the original's key with it.
     private func lastLinkKeyRecord(_ backingName: String, shownAs name: [UInt8], stat st: stat, in dir: Node,
                                    keys: Keys) -> FileID? {
-        guard keys.set.drops != nil, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
+        // Files made while locked are in unless-open directories: the vault domain's.
+        guard let set = keys.vault?.set, set.drops != nil, st.st_mode & S_IFMT == S_IFREG, st.st_nlink == 1,
               (try? Sys.stat(DropRecord.directory, in: nodes.root.fd)) != nil,
               let fd = try? FileDescriptor.openRegular(backingName, in: dir.fd),
-              let header = try? ContentFile(fd: fd.rawValue, cipher: keys.set.content, layout: layout).header(),
+              let header = try? ContentFile(fd: fd.rawValue, cipher: set.content, layout: layout).header(),
               header.isSealed, let tag = header.placeTag,
-              let expected = try? keys.set.places.tag(fileID: header.fileID.bytes, dirIV: directoryIV(dir, keys: keys), name: name),
+              let expected = try? set.places.tag(fileID: header.fileID.bytes, dirIV: directoryIV(dir, keys: keys), name: name),
               PlaceMAC.equal(tag, expected) else { return nil }
         return header.fileID
     }
@@ -355,12 +356,12 @@ extension PlainFileSystem {
             }
             // The key a lock left the file, or EACCES.
             return try withContentKey(node) { cipher in try changeAttributes(node, changes, handle: handle, cipher) }
-        }) { keys in try changeAttributes(node, changes, handle: handle) { contentCipher($0, of: node, keys: keys) } }
+        }) { keys in try changeAttributes(node, changes, handle: handle) { try contentCipher($0, of: node, keys: keys) } }
     }
 
     /// setattr of `node`, with `cipher` for the content (nil for a directory).
     private func changeAttributes(_ node: Node, _ changes: AttributeChanges, handle: UInt64?,
-                                  _ cipher: (Int32) -> ContentCipher?) throws -> stat {
+                                  _ cipher: (Int32) throws -> ContentCipher?) throws -> stat {
         if let mode = changes.mode, !node.isSymlink {
             try Sys.chmod(node.procPath, mode & 0o7777)
         }
@@ -373,7 +374,7 @@ extension PlainFileSystem {
             try withWritableDescriptor(node, handle: handle) { fd in
                 try reportingDamage(node) {
                     try node.contentLock.writing {
-                        guard let cipher = cipher(fd) else { throw Errno(EACCES, "locked") }
+                        guard let cipher = try cipher(fd) else { throw Errno(EACCES, "locked") }
                         try content(fd, of: node, cipher: cipher, safety: rewriteSafety(node)).truncate(to: size)
                     }
                 }

@@ -117,7 +117,7 @@ extension PlainFileSystem {
                 new.abandon(in: dir)
                 throw error
             }
-            let entry = try enter(new.name, in: dir, plainName: name)
+            let entry = try enter(new.name, in: dir, plainName: name, keys: keys)
             do {
                 // A file this call made is empty: O_TRUNC matters only for one that was there.
                 let handle = try openHandle(nodes.node(entry.node), fd: fd, flags: backingFlags, writable: writable,
@@ -253,7 +253,7 @@ extension PlainFileSystem {
             guard file.writable else { throw Errno(EBADF, "fallocate") }
             try refuseIfRemovedByOthers(file)  // and after: see write
             try file.node.contentLock.writing {
-                let content = content(file.fd, of: file.node, cipher: cipher(file.fd),
+                let content = content(file.fd, of: file.node, cipher: try cipher(file.fd),
                                       safety: rewriteSafety(file.node, synchronous: file.synchronous))
                 let start = layout.cipherOffset(block: BlockLayout.blockIndex(plainOffset: offset))
                 let end = layout.cipherSize(plainSize: offset + length)

@@ -10,30 +10,51 @@ import Glibc
 
 extension PlainFileSystem {
     /// A content file of backing descriptor `fd` of `node`, with the vault's layout.
-    func content(_ fd: Int32, of node: Node, keys: Keys, safety: RewriteSafety? = nil) -> ContentFile {
-        content(fd, of: node, cipher: contentCipher(fd, of: node, keys: keys), safety: safety)
+    func content(_ fd: Int32, of node: Node, keys: Keys, safety: RewriteSafety? = nil) throws -> ContentFile {
+        content(fd, of: node, cipher: try contentCipher(fd, of: node, keys: keys), safety: safety)
     }
 
     /// The cipher of `node`'s content: the vault's, or for a file made while locked
     /// (format 6) one holding the key from its key record. A record that cannot be read
-    /// leaves the vault's cipher, under which the blocks then fail as damage.
-    func contentCipher(_ fd: Int32, of node: Node, keys: Keys) -> ContentCipher {
-        let file = ContentFile(fd: fd, cipher: keys.set.content, layout: layout, ids: node.fileIDs)
-        guard keys.set.drops != nil, node.isRegular, let (known, read) = try? file.fileIDAndHeader(), let id = known else {
-            return keys.set.content
+    /// leaves the vault's cipher, under which the blocks then fail as damage. The keys
+    /// are those of the node's domain (format 8); EACCES where a lock took them.
+    func contentCipher(_ fd: Int32, of node: Node, keys: Keys) throws -> ContentCipher {
+        let set = try keys.in(node).set
+        let file = ContentFile(fd: fd, cipher: set.content, layout: layout, ids: node.fileIDs)
+        guard set.drops != nil || layout == .wrapped, node.isRegular, let (known, read) = try? file.fileIDAndHeader(),
+              let id = known else {
+            return set.content
         }
         let sealed = node.sealedCipher(for: id) { () -> ContentCipher? in
             // The header just read for the ID, if it was (a new file's first write).
-            guard (try? read ?? file.header())?.isSealed == true else { return nil }
+            let header = try? read ?? file.header()
+            if let header, let wrap = header.keyWrap, !header.isSealed {
+                return unwrappedCipher(wrap, of: id, node: node, keys: keys, algorithm: set.content.algorithm)
+            }
+            guard header?.isSealed == true else { return nil }
             do {
-                let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: keys.set)
-                return ContentCipher.sealedFile(key: key, algorithm: keys.set.content.algorithm, fileID: id)
+                let key = try DropRecord.read(fileID: id, root: nodes.root.fd, keys: set)
+                return ContentCipher.sealedFile(key: key, algorithm: set.content.algorithm, fileID: id)
             } catch {
                 logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): \(error)")
                 return nil
             }
         }
-        return sealed ?? keys.set.content
+        return sealed ?? set.content
+    }
+
+    /// The cipher of a format-8 file of ID `id` from its key wrap: opened with the key of
+    /// the node's domain, else (a power cut between a move's header and its rename) the
+    /// other domain's; nil if neither opens it (damage: the blocks then fail).
+    private func unwrappedCipher(_ wrap: [UInt8], of id: FileID, node: Node, keys: Keys, algorithm: ContentAlgorithm) -> ContentCipher? {
+        let own = node.keyDomain, other: KeyDomain = own == .vault ? .afterFirstUnlock : .vault
+        for domain in [own, other] {
+            guard let metadata = try? keys.of(domain).set.metadata,
+                  let key = try? FileKeyWrap.unwrap(wrap, fileID: id.bytes, under: metadata) else { continue }
+            return ContentCipher.sealedFile(key: key, algorithm: algorithm, fileID: id)
+        }
+        logger.error("damage: \(node.plaintextPath) (backing inode \(node.ino)): its key wrap opens under no key of this vault")
+        return nil
     }
 
     /// The same under `cipher`: the vault's content cipher, or a file's own (its key kept
@@ -115,7 +136,7 @@ extension PlainFileSystem {
         guard !dir.hasDirectoryIV, dir !== nodes.root, DirectoryIV.isArriving(dir.fd), let (parent, name) = dir.entry else { return }
         let place = Place(dirIV: try directoryIV(parent, keys: keys), name: name)
         do {
-            try DirectoryIV.create(in: dir.fd, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.set.places) : nil)
+            try DirectoryIV.create(in: dir.fd, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: keys.in(dir).set.places) : nil)
             // Kept beside it: if the arriving IV file replaces this one, what is made here
             // is still read under the copy (DirectoryIV.keptCopyName).
             try DirectoryIV.keepCopy(in: dir.fd)
@@ -152,7 +173,8 @@ extension PlainFileSystem {
     /// of the parent's IV file (which costs a listing of the parent). Nil if the daemon
     /// knows no name for `dir` (after a lock, until the kernel looks it up again).
     private func fitsPlace(_ record: DirectoryIV.Record, of dir: Node, keys: Keys) throws -> Bool? {
-        let macs = keys.set.places
+        // A directory's IV file is tagged in its own domain (format 8).
+        let macs = try keys.in(dir).set.places
         if dir === nodes.root { return try DirectoryBinding.fits(record, places: [Place.root], macs: macs) }
         guard let (parent, name) = dir.entry else { return nil }
         let copy = try isStoredAsCopy(dir, shownAs: name, in: parent, keys: keys)
@@ -167,8 +189,20 @@ extension PlainFileSystem {
     func initializeContent(_ fd: Int32, name: [UInt8], in dir: Node, keys: Keys) throws {
         guard layout.endsInFinalBlock else { return }
         let iv = try directoryIV(dir, keys: keys)
-        try ContentFile(fd: fd, cipher: keys.set.content, layout: layout).initialize {
-            try keys.set.places.tag(fileID: $0.bytes, dirIV: iv, name: name)
+        let set = try keys.in(dir).set
+        guard layout == .wrapped else {
+            try ContentFile(fd: fd, cipher: set.content, layout: layout).initialize {
+                try set.places.tag(fileID: $0.bytes, dirIV: iv, name: name)
+            }
+            return
+        }
+        // Format 8: a key of the file's own, wrapped in its header in its directory's domain.
+        let id = FileID.random(), key = SecureBytes.random(count: FileKeyWrap.keySize)
+        let wrap = try FileKeyWrap.wrap(key, fileID: id.bytes, under: set.metadata)
+        let cipher = ContentCipher.sealedFile(key: key, algorithm: set.content.algorithm, fileID: id)
+        defer { cipher.retire() }
+        try ContentFile(fd: fd, cipher: cipher, layout: layout).initialize(wrapped: (id, wrap)) {
+            try set.places.tag(fileID: $0.bytes, dirIV: iv, name: name)
         }
     }
 
@@ -176,10 +210,11 @@ extension PlainFileSystem {
     /// opened (copied there from outside) is now the caller's, and is bound there.
     func rebindEmptied(_ node: Node, fd: Int32, keys: Keys) throws {
         guard layout.endsInFinalBlock, let places = try candidatePlaces(node, keys: keys), let place = places.first else { return }
-        let file = content(fd, of: node, keys: keys)
+        let file = try content(fd, of: node, keys: keys)
         let header = try file.header()
-        if (try? PlaceBinding.check(header, places: places, xattrOf: nil, macs: keys.set.places)) != nil { return }
-        try file.setPlaceTag(keys.set.places.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name))
+        let macs = try keys.in(node).set.places
+        if (try? PlaceBinding.check(header, places: places, xattrOf: nil, macs: macs)) != nil { return }
+        try file.setPlaceTag(macs.tag(fileID: header.fileID.bytes, dirIV: place.dirIV, name: place.name))
     }
 
     /// At open: the content of `node` (backing descriptor `fd`) must belong to the entry
@@ -192,9 +227,10 @@ extension PlainFileSystem {
         try reportingDamage(node) {
             // Not while a write of this inode is between its slots.
             let header = try node.contentLock.reading { try content(fd, of: node, keys: keys).checkedHeader() }
+            let macs = try keys.in(node).set.places
             guard let places = try candidatePlaces(node, keys: keys) else { return }
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: fd,
-                                                             macs: keys.set.places), journal?.foundAtOpen == true {
+                                                             macs: macs), journal?.foundAtOpen == true {
                 if let writable = try? openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false) {
                     try? content(writable.rawValue, of: node, keys: keys).setPlaceTag(tag)
                 }
@@ -239,9 +275,11 @@ extension PlainFileSystem {
         guard layout.endsInFinalBlock, st.st_mode & S_IFMT == S_IFREG else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
                                          keys: keys)
-        let macs = keys.set.places
+        // Within one domain: a rename or link across domains is refused before (EXDEV).
+        let set = try keys.in(dir).set
+        let macs = set.places
         return try withContentDescriptor(file, stat: st) { fd in
-            let content = ContentFile(fd: fd, cipher: keys.set.content, layout: layout)
+            let content = ContentFile(fd: fd, cipher: set.content, layout: layout)
             guard let header = try? content.header(), let old = header.placeTag,
                   (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else {
                 return nil
@@ -252,7 +290,7 @@ extension PlainFileSystem {
             try PlaceBinding.rewrite(content, from: old, to: new, keeping: [st.st_atim, st.st_mtim])
             return { [layout] in
                 try? self.withContentDescriptor(file, stat: st) {
-                    try ContentFile(fd: $0, cipher: keys.set.content, layout: layout).setPlaceTag(old)
+                    try ContentFile(fd: $0, cipher: set.content, layout: layout).setPlaceTag(old)
                 }
             }
         }
@@ -268,7 +306,8 @@ extension PlainFileSystem {
         guard bindsDirectories, let place else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
                                          keys: keys)
-        let macs = keys.set.places
+        // TODO(format 8): the moving directory's own domain (its class), not its parent's.
+        let macs = try keys.in(dir).set.places
         let fd = try file.open(flags: O_PATH | O_DIRECTORY)
         let copies = ((try? DirectoryIV.alternates(in: fd.rawValue, bound: true)) ?? []).map(\.name)
         var undo: [() -> Void] = []

@@ -20,7 +20,7 @@ extension PlainFileSystem {
         // A copy that holds the directory's own IV (coffer's kept copy, while nothing
         // replaced the IV file) stands for no name.
         let alternates = !copies ? [] : ((try? alternateIVs(dir, keys: keys)) ?? []).filter { $0.iv != own }
-        return try DirectoryNames(keys.codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
+        return try DirectoryNames(keys.in(dir).codecs.names, own: own, alternates: alternates).planningSettlement(in: dir.fd)
     }
 
     /// Settles a directory with alternate IVs on its own IV: each entry whose name is
@@ -69,7 +69,7 @@ extension PlainFileSystem {
                                       iv: [UInt8], keys: Keys) throws -> [UInt8] {
         var candidate = planned
         for n in 1...1000 {
-            let target = try keys.codecs.names.backingName(for: candidate, dirIV: iv)
+            let target = try keys.in(dir).codecs.names.backingName(for: candidate, dirIV: iv)
             let wroteSidecar = try NameTransform.writeSidecar(target, in: dir.fd)
             // Its content moves to the new place first.
             let rebound = try rebind(.entry(backing, in: dir), shownAs: name, in: dir, to: Place(dirIV: iv, name: candidate), keys: keys)

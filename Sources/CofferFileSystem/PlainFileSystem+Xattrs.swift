@@ -32,8 +32,8 @@ extension PlainFileSystem {
         if name == Self.classAttribute { return try setClass(id, value: value, caller: caller) }
         try withKeys { keys in
             let node = nodes.node(id)
-            let backing = try keys.codecs.xattrs.backingName(for: name)
-            let sealed = try keys.codecs.xattrs.sealValue(value, backingName: backing)
+            let backing = try keys.in(node).codecs.xattrs.backingName(for: name)
+            let sealed = try keys.in(node).codecs.xattrs.sealValue(value, backingName: backing)
             try Sys.setXattr(node.procPath, backing, sealed, flags: flags)
         }
     }
@@ -44,16 +44,17 @@ extension PlainFileSystem {
         if name == Self.classAttribute { return try showClass(id) }
         return try withKeys { keys in
             let node = nodes.node(id)
-            let backing = try keys.codecs.xattrs.backingName(for: name)
+            let backing = try keys.in(node).codecs.xattrs.backingName(for: name)
             let sealed = try Sys.getXattr(node.procPath, backing)
-            return try reportingDamage(node) { try keys.codecs.xattrs.openValue(sealed, backingName: backing) }
+            return try reportingDamage(node) { try keys.in(node).codecs.xattrs.openValue(sealed, backingName: backing) }
         }
     }
 
     /// The plaintext xattr names; backing xattrs that are not coffer's are left out.
     public func listxattr(_ id: UInt64) throws -> [[UInt8]] {
         try withKeys { keys in
-            try Sys.listXattrs(nodes.node(id).procPath).compactMap { keys.codecs.xattrs.plaintextName(ofBacking: $0) }
+            let node = nodes.node(id), xattrs = try keys.in(node).codecs.xattrs
+            return try Sys.listXattrs(node.procPath).compactMap { xattrs.plaintextName(ofBacking: $0) }
         }
     }
 
@@ -61,7 +62,8 @@ extension PlainFileSystem {
         try refuseUnsupported(name)
         if name == Self.classAttribute { return try setClass(id, value: nil, caller: caller) }
         try withKeys { keys in
-            try Sys.removeXattr(nodes.node(id).procPath, try keys.codecs.xattrs.backingName(for: name))
+            let node = nodes.node(id)
+            try Sys.removeXattr(node.procPath, try keys.in(node).codecs.xattrs.backingName(for: name))
         }
     }
 }

@@ -56,14 +56,46 @@ public final class PlainFileSystem: Sendable {
         public var validFor = OtherWriters.longCache
     }
 
-    /// The keys and the codecs built on them; present only while unlocked.
-    struct Keys: Sendable {
+    /// One key domain's keys and the codecs built on them (docs/FORMAT.md §12, format 8).
+    struct DomainKeys: Sendable {
+        let domain: KeyDomain
         let set: KeySet
         let codecs: VaultCodecs
 
-        init(_ set: KeySet, longSymlinkTargets: Bool) {
+        init(_ domain: KeyDomain, _ set: KeySet, longSymlinkTargets: Bool) {
+            self.domain = domain
             self.set = set
             codecs = VaultCodecs(set, longSymlinkTargets: longSymlinkTargets)
+        }
+    }
+
+    /// The keys present: while unlocked the vault domain's and, from format 8, the
+    /// after-first-unlock domain's. An operation takes those of the inode each step works
+    /// on (`in`): a directory's are its class's, any other inode's its directory's.
+    struct Keys: Sendable {
+        let vault: DomainKeys?
+        let afterFirstUnlock: DomainKeys?
+
+        /// The keys of `domain`; EACCES where a lock took them.
+        func of(_ domain: KeyDomain) throws -> DomainKeys {
+            switch domain {
+            case .vault: if let vault { return vault }
+            case .afterFirstUnlock: if let afterFirstUnlock { return afterFirstUnlock }
+            }
+            throw Errno(EACCES, "locked")
+        }
+
+        /// The keys of `node`'s domain.
+        func `in`(_ node: Node) throws -> DomainKeys { try of(node.keyDomain) }
+
+        /// The after-first-unlock domain's metadata key, to tell a class record of that
+        /// domain (nil before format 8, or with `lock --all`).
+        var afterFirstUnlockRecords: SealedBox? { afterFirstUnlock?.set.metadata }
+
+        /// Zeroes every key held.
+        func wipe() {
+            vault?.set.wipe()
+            afterFirstUnlock?.set.wipe()
         }
     }
 
@@ -241,10 +273,12 @@ public final class PlainFileSystem: Sendable {
     /// Derives the subkeys from `master` and opens the view. The master key is wiped.
     /// Files made while locked become ordinary entries first (PlainFileSystem+Drops).
     public func unlock(_ master: MasterKey) {
-        let set = vault.keys(from: master)
+        let long = vault.config.storesLongSymlinkTargets
+        let keys = Keys(vault: DomainKeys(.vault, vault.keys(from: master, domain: .vault), longSymlinkTargets: long),
+                        afterFirstUnlock: vault.config.hasKeyDomains
+                            ? DomainKeys(.afterFirstUnlock, vault.keys(from: master, domain: .afterFirstUnlock), longSymlinkTargets: long) : nil)
         master.wipe()
         lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-        let keys = Keys(set, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
         transition.begin()
         let (view, stuck) = lockedGate.close(waitingAtMost: lockWaitBound)
         if stuck > 0 { logger.warning("unlock: \(stuck) operation(s) on the locked view still running after \(lockWaitBound) s") }
@@ -252,7 +286,7 @@ public final class PlainFileSystem: Sendable {
             convertDrops(view, keys: keys)
             view.digest.wipe()
         }
-        gate.open(keys)?.set.wipe()
+        gate.open(keys)?.wipe()
         transition.end()
     }
 
@@ -304,7 +338,7 @@ public final class PlainFileSystem: Sendable {
         transition.end()
         nodes.forgetNames()
         openDirectories.forgetListings()
-        retiring?.set.wipe()
+        retiring?.wipe()
         // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot); nor
         // is the key of a file made while locked, read from its key record since the unlock.
         for node in nodes.allNodes() {
@@ -362,11 +396,11 @@ public final class PlainFileSystem: Sendable {
     /// locked, the key the lock left the file (an `unless-open` file still open, or one
     /// made while locked), else EACCES. An operation refused at the gate while a lock is
     /// under way waits for the lock to decide which files keep their keys (milliseconds).
-    func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) -> ContentCipher) throws -> R) throws -> R {
+    func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) throws -> ContentCipher) throws -> R) throws -> R {
         if let keys = gate.enter() {
             defer { gate.leave() }
             lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-            return try lockedIfRetired { try body { contentCipher($0, of: node, keys: keys) } }
+            return try lockedIfRetired { try body { try contentCipher($0, of: node, keys: keys) } }
         }
         transition.waitUntilSettled()
         guard let kept = node.keptKey else { throw Errno(EACCES, "locked") }
@@ -453,19 +487,19 @@ public final class PlainFileSystem: Sendable {
             do {
                 let backing = try backingName(name, in: dir, keys: keys)
                 do {
-                    return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name), keys: keys)
+                    return try repairingAfterCrash(try enter(backing.name, in: dir, plainName: name, keys: keys), keys: keys)
                 } catch let error as Errno where error.code == ENOENT {
                     // Perhaps made while locked (here before a crash, or on another machine)
                     // and not converted yet.
                     if convertFoundDrops(in: dir, keys: keys), exists(backing.name, in: dir) {
-                        return try enter(backing.name, in: dir, plainName: name)
+                        return try enter(backing.name, in: dir, plainName: name, keys: keys)
                     }
                     // Not under this name: perhaps the name a sync engine's conflict copy is shown
                     // under, or a name made on another machine under the IV it gave the directory.
                     guard let other = try names(of: dir, keys: keys).find(name, exists: { $0 != backing.name && exists($0, in: dir) }) else {
                         throw error
                     }
-                    return try enter(other.name, in: dir, plainName: name)
+                    return try enter(other.name, in: dir, plainName: name, keys: keys)
                 }
             } catch let error as Errno where error.code == ENOENT {
                 dir.rememberEntry(name)  // the kernel may cache the name as absent (or not yet arrived)
@@ -484,7 +518,7 @@ public final class PlainFileSystem: Sendable {
         do {
             let (restored, cut) = try node.contentLock.writing { () -> ([Int64], Int64?) in
                 let fd = try FileDescriptor.open(node.procPath, flags: O_RDWR | O_NONBLOCK)
-                let file = content(fd.rawValue, of: node, keys: keys)
+                let file = try content(fd.rawValue, of: node, keys: keys)
                 // From format 4: a file made just before a power cut whose header never
                 // reached the disk is an empty file of its entry.
                 if layout.endsInFinalBlock, journal.foundAtOpen, try Sys.stat(fd.rawValue).st_size == 0,
@@ -539,7 +573,7 @@ public final class PlainFileSystem: Sendable {
     /// The backing name of `name` in `dir`. A damaged IV file is EIO and a log line naming
     /// the directory, whichever operation meets it.
     func backingName(_ name: [UInt8], in dir: Node, keys: Keys) throws -> BackingName {
-        try keys.codecs.names.backingName(for: name, dirIV: try directoryIV(dir, keys: keys))
+        try keys.in(dir).codecs.names.backingName(for: name, dirIV: try directoryIV(dir, keys: keys))
     }
 
     /// The backing name of an existing entry `name` of `dir`: its encrypted name; if no
@@ -565,14 +599,33 @@ public final class PlainFileSystem: Sendable {
     }
 
     /// Opens backing entry `backingName` of `dir` as a node and counts one kernel lookup.
-    func enter(_ backingName: String, in dir: Node, plainName: [UInt8]) throws -> Entry {
+    /// `keys`: those present, to tell a directory's key domain (format 8).
+    func enter(_ backingName: String, in dir: Node, plainName: [UInt8], keys: Keys? = nil) throws -> Entry {
         let fd = try FileDescriptor.open(backingName, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
         let st = try Sys.stat(fd.rawValue)
         let (node, isNew) = nodes.remember(fd: fd, stat: st)
         if isNew { otherWriters.watch(node) }
+        if let keys { enterDomain(node, in: dir, keys: keys) }
         node.setName(plainName, parent: dir)
         dir.rememberEntry(plainName)
         return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd), validFor: cacheSeconds(in: dir))
+    }
+
+    /// Sets the key domain of `node`, entered in `dir` (format 8, docs/FORMAT.md §12): an
+    /// entry's is its directory's; a directory's is its class's, told by the key that opens
+    /// its class record (read with its IV as it stands: the IV file's own tags are checked
+    /// in that domain when the IV is first used). No record, or one no key present opens:
+    /// the vault domain.
+    func enterDomain(_ node: Node, in dir: Node?, keys: Keys) {
+        guard vault.config.hasKeyDomains else { return }
+        guard node.isDirectory else {
+            if let dir { node.setKeyDomain(dir.keyDomain) }
+            return
+        }
+        let found = (try? DirectoryIV.read(in: node.fd, bound: bindsDirectories)).flatMap { record in
+            try? ProtectionClass.read(in: node.fd, dirIV: record.iv, box: keys.vault?.set.metadata, afterFirstUnlock: keys.afterFirstUnlockRecords)
+        }
+        node.setKeyDomain(found?.domain ?? .vault)
     }
 
     /// The kernel dropped `count` references to `node`.

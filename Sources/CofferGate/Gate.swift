@@ -255,7 +255,7 @@ public final class Gate: Sendable {
                           retryAfter: state.throttle.retryAfter, mountpoint: mountpoint, vault: fs.vault.path,
                           formatVersion: fs.vault.config.format, socket: socketPath, pid: getpid(), wiped: state.wiped,
                           transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace,
-                          protectionClasses: ProtectionClass.allCases.filter { $0 == .complete || fs.vault.config.hasProtectionClasses }.map(\.name),
+                          protectionClasses: ProtectionClass.allCases.filter { $0.formats.contains(fs.vault.config.format) }.map(\.name),
                           filesKeptOpen: fs.filesKeptOpen, busName: state.busName, busProblem: state.busProblem,
                           lockOn: state.lockOn)
     }

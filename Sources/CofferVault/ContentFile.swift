@@ -101,11 +101,21 @@ public struct ContentFile {
     /// backing file.
     /// `sealed` (format 6): a file made while locked, of file ID `id`, whose key is
     /// sealed to the drop key (header version 3, its place tag zero until the unlock).
-    public func initialize(sealed sealedID: FileID? = nil, placeTag tag: (FileID) throws -> [UInt8]) throws {
-        precondition(layout.endsInFinalBlock)
-        let id = sealedID ?? FileID.random()
-        let header = FileHeader(version: sealedID != nil ? FileHeader.sealedVersion : layout.headerVersion, fileID: id,
-                                placeTag: try tag(id))
+    /// `wrapped` (format 8): the file of ID `id` whose own key this file's cipher holds,
+    /// wrapped in the header as `wrap`; a file made while locked (`sealed`) has a wrap of
+    /// zeros (header version 4 either way).
+    public func initialize(sealed sealedID: FileID? = nil, wrapped: (id: FileID, wrap: [UInt8])? = nil,
+                           placeTag tag: (FileID) throws -> [UInt8]) throws {
+        precondition(layout.endsInFinalBlock && (wrapped == nil || layout == .wrapped))
+        let id = sealedID ?? wrapped?.id ?? FileID.random()
+        let header: FileHeader
+        if layout == .wrapped {
+            precondition(wrapped != nil || sealedID != nil, "a format-8 file has its key wrapped, or sealed while locked")
+            header = FileHeader(version: layout.headerVersion, fileID: id, placeTag: try tag(id),
+                                keyWrap: wrapped?.wrap ?? [UInt8](repeating: 0, count: FileKeyWrap.size))
+        } else {
+            header = FileHeader(version: sealedID != nil ? FileHeader.sealedVersion : layout.headerVersion, fileID: id, placeTag: try tag(id))
+        }
         let final = try sealedFinalBlock(0, length: 0, fileID: id)
         try (header.bytes + final).withUnsafeBytes { try Sys.writeFully(fd, $0, at: 0) }
         ids.fileID = id

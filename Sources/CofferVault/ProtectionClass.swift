@@ -12,6 +12,9 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     case complete = 0
     /// A file open at a lock stays usable through its descriptors until it is closed.
     case unlessOpen = 1
+    /// Keys kept through every lock but `lock --all` (format 8): the directory is in the
+    /// after-first-unlock key domain, its record sealed under that domain's metadata key.
+    case afterFirstUnlock = 2
 
     /// Name of the class file in a backing directory.
     public static let fileName = "coffer.class"
@@ -25,6 +28,7 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
         switch self {
         case .complete: return "complete"
         case .unlessOpen: return "unless-open"
+        case .afterFirstUnlock: return "after-first-unlock"
         }
     }
 
@@ -34,6 +38,18 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     }
 
     public static func < (a: ProtectionClass, b: ProtectionClass) -> Bool { a.rawValue < b.rawValue }
+
+    /// The vault formats that have this class.
+    public var formats: ClosedRange<Int> {
+        switch self {
+        case .complete: return 1...Int.max
+        case .unlessOpen: return 6...Int.max
+        case .afterFirstUnlock: return 8...Int.max
+        }
+    }
+
+    /// The key domain of a directory of this class (format 8).
+    public var domain: KeyDomain { self == .afterFirstUnlock ? .afterFirstUnlock : .vault }
 
     /// AD = "coffer.class" ‖ 0x00 ‖ the directory's IV: a class file moved into another
     /// directory fails to open.
@@ -45,6 +61,26 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     /// take for a conflict.
     public func sealed(dirIV: [UInt8], box: SealedBox) throws -> [UInt8] {
         try [Self.recordVersion, rawValue].withUnsafeBytes { try box.sealDeterministically($0, associatedData: Self.associatedData(dirIV: dirIV)) }
+    }
+
+    /// Opens a sealed record of the directory with IV `dirIV` under `box` (the metadata key
+    /// of the vault domain), else (format 8) under `afterFirstUnlock` (that domain's): the
+    /// key that opens it must be its class's domain's, or it is damage.
+    /// Without `box` (a lock took the vault domain's keys), a record that does not open
+    /// under `afterFirstUnlock` is EACCES: it may be the vault domain's.
+    public static func open(_ sealed: [UInt8], dirIV: [UInt8], box: SealedBox?, afterFirstUnlock: SealedBox?) throws -> ProtectionClass {
+        do {
+            guard let box else { throw VaultError.metadataDamaged(what: "protection class") }
+            let found = try open(sealed, dirIV: dirIV, box: box)
+            guard found.domain == .vault else { throw VaultError.metadataDamaged(what: "protection class") }
+            return found
+        } catch VaultError.metadataDamaged(let what) where afterFirstUnlock != nil {
+            guard let found = try? open(sealed, dirIV: dirIV, box: afterFirstUnlock!), found.domain == .afterFirstUnlock else {
+                if box == nil { throw Errno(EACCES, "locked") }
+                throw VaultError.metadataDamaged(what: what)
+            }
+            return found
+        }
     }
 
     /// Opens a sealed record of the directory with IV `dirIV`.
@@ -73,16 +109,19 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     /// record throws `metadataDamaged`; the caller then takes the directory as
     /// `complete`, which is never less safe. `entries`: a listing of `dir` already made,
     /// to look for copies in (nil: listed here, and only if the class file is there).
-    public static func read(in dir: Int32, dirIV: [UInt8], box: SealedBox, entries: [String]? = nil) throws -> ProtectionClass {
-        guard let own = try readRecord(fileName, in: dir, dirIV: dirIV, box: box) else { return .complete }
+    /// `afterFirstUnlock`: the AFU domain's metadata key (format 8), else nil.
+    public static func read(in dir: Int32, dirIV: [UInt8], box: SealedBox?, afterFirstUnlock: SealedBox? = nil,
+                            entries: [String]? = nil) throws -> ProtectionClass {
+        guard let own = try readRecord(fileName, in: dir, dirIV: dirIV, box: box, afterFirstUnlock: afterFirstUnlock) else { return .complete }
         let copies = try (entries ?? Sys.listDirectory(dir)).filter(isConflictCopy).sorted()
-        return try copies.compactMap { try readRecord($0, in: dir, dirIV: dirIV, box: box) }.reduce(own, min)
+        return try copies.compactMap { try readRecord($0, in: dir, dirIV: dirIV, box: box, afterFirstUnlock: afterFirstUnlock) }.reduce(own, min)
     }
 
     /// The record in file `name` of `dir`, nil if there is none.
-    private static func readRecord(_ name: String, in dir: Int32, dirIV: [UInt8], box: SealedBox) throws -> ProtectionClass? {
+    private static func readRecord(_ name: String, in dir: Int32, dirIV: [UInt8], box: SealedBox?,
+                                   afterFirstUnlock: SealedBox?) throws -> ProtectionClass? {
         do {
-            return try open(try Sys.readFile(name, in: dir, limit: 256), dirIV: dirIV, box: box)
+            return try open(try Sys.readFile(name, in: dir, limit: 256), dirIV: dirIV, box: box, afterFirstUnlock: afterFirstUnlock)
         } catch let error as Errno where error.code == ENOENT {
             return nil
         } catch let error as Errno where error.code == EINVAL || error.code == ELOOP {

@@ -141,8 +141,20 @@ public final class Vault: Sendable {
     }
 
     /// The run-time keys of this vault (`checkCipherAvailable` first).
-    public func keys(from master: MasterKey) -> KeySet {
-        KeySet(master: master, content: config.contentAlgorithm, perFileKeys: config.hasPerFileKeys)
+    public func keys(from master: MasterKey) -> KeySet { keys(from: master, domain: .vault) }
+
+    /// The keys of `domain` (format 8, docs/FORMAT.md §12): the after-first-unlock
+    /// domain's are derived from subkey 9 and take no drops (files are made while locked
+    /// only in unless-open directories, which are the vault domain's).
+    public func keys(from master: MasterKey, domain: KeyDomain) -> KeySet {
+        switch domain {
+        case .vault:
+            return KeySet(master: master, content: config.contentAlgorithm, perFileKeys: config.hasPerFileKeys)
+        case .afterFirstUnlock:
+            let root = master.root(of: .afterFirstUnlock)
+            defer { root.wipe() }
+            return KeySet(master: root, content: config.contentAlgorithm, perFileKeys: true, drops: false)
+        }
     }
 
     public typealias KeyDerivation = @Sendable (_ passphrase: SecureBytes, _ salt: [UInt8], _ parameters: KDFParameters) throws -> SecureBytes

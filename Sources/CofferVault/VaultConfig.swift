@@ -67,6 +67,9 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// A file made while locked is bound to its directory and to itself by its sealed name,
     /// and its key record is marked placed at its conversion (format 7 on).
     public var bindsDrops: Bool { format >= 7 }
+    /// Directories of class after-first-unlock are in a key domain of their own, and each
+    /// file's key is wrapped in its header (format 8 on).
+    public var hasKeyDomains: Bool { format >= 8 }
     /// Creation time, ISO 8601 UTC.
     public var created: String
     public var contentCipher: String
