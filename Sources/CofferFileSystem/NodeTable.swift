@@ -5,6 +5,7 @@
 // the descriptor limit: above `pressureThreshold` nodes the table asks (`onPressure`) for
 // the least recently entered names to be invalidated in the kernel, which then forgets
 // those inodes and the table shrinks again.
+import CofferCrypto
 import CofferSystem
 import Glibc
 import Synchronization
@@ -160,7 +161,9 @@ final class NodeTable: Sendable {
     }
 
     /// Drops every plaintext name kept for damage reports (at lock time).
-    func forgetNames() {
-        table.withLock { $0.byInode.values.forEach { $0.node.forgetName() } }
+    /// `keeping`: a key domain whose nodes keep their names (the after-first-unlock
+    /// domain's, through a lock that keeps its keys).
+    func forgetNames(keeping kept: KeyDomain? = nil) {
+        table.withLock { $0.byInode.values.forEach { if $0.node.keyDomain != kept { $0.node.forgetName() } } }
     }
 }

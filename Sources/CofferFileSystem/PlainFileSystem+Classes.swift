@@ -49,10 +49,23 @@ extension PlainFileSystem {
             let wanted = value.map { String(decoding: $0, as: UTF8.self) }.map { $0.hasSuffix("\n") ? String($0.dropLast()) : $0 }
             guard let chosen = wanted.map(ProtectionClass.init(name:)) ?? .complete else { throw Errno(EINVAL, "no such class") }
             guard chosen.formats.contains(vault.config.format) else { throw Errno(EINVAL, "\(chosen.name) needs a vault of format 8") }
-            // TODO(format 8): a change between key domains converts the tree (docs/FORMAT.md
-            // §12); until then only an empty directory changes domain.
-            if chosen.domain != node.keyDomain { throw Errno(EXDEV, "a class change between key domains is not built yet") }
-            try chosen.write(in: node.fd, dirIV: try directoryIV(node, keys: keys), box: keys.of(chosen.domain).set.metadata)
+            let iv = try directoryIV(node, keys: keys)
+            if chosen.domain != node.keyDomain {
+                // TODO(format 8): a change between key domains converts the tree (docs/FORMAT.md
+                // §12); until then only an empty directory changes domain: its IV file takes
+                // its tag in the new domain (a reader takes either domain's), then its class.
+                guard try DirectoryIV.leftovers(in: node.fd) != nil else {
+                    throw Errno(ENOTEMPTY, "a class change between key domains needs an empty directory (for now)")
+                }
+                let place = try node === nodes.root ? Place.root : node.entry.map { Place(dirIV: try directoryIV($0.parent, keys: keys), name: $0.name) }
+                guard let place else { throw Errno(ESTALE, "enter the directory again by its path") }
+                let record = try DirectoryIV.read(in: node.fd, bound: bindsDirectories)
+                if bindsDirectories {
+                    try DirectoryIV.rebind(in: node.fd, record: record, to: keys.of(chosen.domain).set.places.directoryTag(iv: iv, at: place))
+                }
+            }
+            try chosen.write(in: node.fd, dirIV: iv, box: keys.of(chosen.domain).set.metadata)
+            node.setKeyDomain(chosen.domain)
             logger.info("protection class of \(node.plaintextPath) (backing inode \(node.ino)) set to \(chosen.name)")
         }
     }

@@ -57,7 +57,7 @@ final class OpenDirectory: Sendable {
 
 extension PlainFileSystem {
     public func opendir(_ id: UInt64) throws -> UInt64 {
-        try inView(locked: { view in
+        try inView(nodes.node(id), locked: { view in
             let directory = OpenDirectory(node: nodes.node(id))
             directory.entries = try lockedListing(view, nodes.node(id))
             directory.takenWhileLocked = true
@@ -109,7 +109,7 @@ extension PlainFileSystem {
         let directory = OpenDirectory.borrow(handle)
         // A listing taken with the keys is served only with them; one taken while locked is
         // taken again once unlocked.
-        return try inView(locked: { view in
+        return try inView(directory.node, locked: { view in
             guard directory.takenWhileLocked else { throw Errno(EACCES, "locked") }
             if offset == 0 { directory.entries = try lockedListing(view, directory.node) }
             return directory.entries.dropFirst(offset)
@@ -126,7 +126,8 @@ extension PlainFileSystem {
 
     /// Enters a listed entry for readdirplus: no name is encrypted again.
     public func lookupListed(_ handle: UInt64, _ entry: ListedEntry) throws -> Entry {
-        try inView(locked: { try lockedLookup($0, parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) }) { keys in
+        try inView(OpenDirectory.borrow(handle).node,
+                   locked: { try lockedLookup($0, parent: nodes.id(of: OpenDirectory.borrow(handle).node), name: entry.name) }) { keys in
             let directory = OpenDirectory.borrow(handle)
             return try repairingAfterCrash(try enter(entry.backingName, in: directory.node, plainName: entry.name, keys: keys), keys: keys)
         }
@@ -138,7 +139,7 @@ extension PlainFileSystem {
     }
 
     public func fsyncdir(_ handle: UInt64) throws {
-        try inView(locked: { try lockedSyncDirectory($0, OpenDirectory.borrow(handle).node) }) { _ in
+        try inView(OpenDirectory.borrow(handle).node, locked: { try lockedSyncDirectory($0, OpenDirectory.borrow(handle).node) }) { _ in
             let node = OpenDirectory.borrow(handle).node
             try AtomicFile.syncDirectory(node.fd)
             try makeAncestorsDurable(node)

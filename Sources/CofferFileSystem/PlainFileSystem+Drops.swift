@@ -26,7 +26,9 @@ extension PlainFileSystem {
     /// At a lock (no operation running, the keys still there): the locked view — the
     /// directories that take drops, and the names that lead to them — or nil if there is
     /// none (no drop key, or no `unless-open` directory known to the kernel).
-    func lockedView(keys: Keys, unlessOpen: Set<LockedView.Key>) -> LockedView? {
+    /// `reachable`: directories kept usable through the lock (after-first-unlock): the
+    /// names leading to them are kept, and they take no drops.
+    func lockedView(keys: Keys, unlessOpen: Set<LockedView.Key>, reachable: Set<LockedView.Key> = []) -> LockedView? {
         guard let publicKey = keys.vault?.set.drops?.publicKey else { return nil }
         struct Found {
             let node: Node
@@ -35,8 +37,8 @@ extension PlainFileSystem {
         }
         var found: [LockedView.Key: Found] = [:]
         let all = nodes.allNodes()
-        for node in all where node.isDirectory && unlessOpen.contains(.init(node)) {
-            found[.init(node), default: .init(node: node)].takesDrops = true
+        for node in all where node.isDirectory && (unlessOpen.contains(.init(node)) || reachable.contains(.init(node))) {
+            if unlessOpen.contains(.init(node)) { found[.init(node), default: .init(node: node)].takesDrops = true }
             var child = node
             while let (parent, name) = child.entry, child !== nodes.root {
                 found[.init(parent), default: .init(node: parent)].passages[name] = child
@@ -275,6 +277,7 @@ extension PlainFileSystem {
         if !nodes.rememberAgain(node) {
             entered = nodes.remember(fd: try FileDescriptor.open(node.procPath, flags: O_PATH), stat: st).node
             entered.setName(name, parent: dir)
+            entered.setKeyDomain(node.keyDomain)
         }
         return Entry(node: nodes.id(of: entered), attributes: plain(st, of: entered.fd), validFor: OtherWriters.shortCache)
     }

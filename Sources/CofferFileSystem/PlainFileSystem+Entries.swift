@@ -77,7 +77,7 @@ extension PlainFileSystem {
     /// The directory is made and given its IV under a temporary name, then renamed into
     /// place: a crash never leaves a directory without its IV.
     public func mkdir(parent: UInt64, name: [UInt8], mode: mode_t, caller: Caller) throws -> Entry {
-        try inView(locked: { try lockedMkdir($0, parent: parent, name: name, mode: mode, caller: caller) }) { keys in
+        try inView(nodes.node(parent), locked: { try lockedMkdir($0, parent: parent, name: name, mode: mode, caller: caller) }) { keys in
             let dir = nodes.node(parent)
             let backing = try newName(name, in: dir, keys: keys)
             let temp = Self.temporaryDirectoryName()
@@ -185,7 +185,7 @@ extension PlainFileSystem {
     }
 
     public func unlink(parent: UInt64, name: [UInt8]) throws {
-        try inView(locked: { try lockedRemove($0, parent: parent, name: name, directory: false) }) { keys in
+        try inView(nodes.node(parent), locked: { try lockedRemove($0, parent: parent, name: name, directory: false) }) { keys in
             let dir = nodes.node(parent)
             let (backing, st) = try existingEntry(name, in: dir, keys: keys)
             let targetSidecar = st.flatMap { lastLinkTargetSidecar(backing.name, stat: $0, in: dir, keys: keys) }
@@ -240,7 +240,7 @@ extension PlainFileSystem {
     /// file (and orphan sidecars) and removed, so that a crash leaves at worst a hidden
     /// temporary directory, never a directory without its IV.
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
-        try inView(locked: { try lockedRemove($0, parent: parent, name: name, directory: true) }) { keys in
+        try inView(nodes.node(parent), locked: { try lockedRemove($0, parent: parent, name: name, directory: true) }) { keys in
             let dir = nodes.node(parent)
             let backing = try existingBackingName(name, in: dir, keys: keys)
             try replacingEmptyDirectory(backing.name, in: dir) {}
@@ -272,7 +272,9 @@ extension PlainFileSystem {
     /// left under a long name would have no sidecar to name it.
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
         guard flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL, "rename flags") }
-        try inView(locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
+        // Served with the after-first-unlock keys while locked only if both are of that domain.
+        let target = nodes.node(parent).keyDomain == nodes.node(newParent).keyDomain ? nodes.node(parent) : nil
+        try inView(target, locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)
@@ -346,7 +348,7 @@ extension PlainFileSystem {
     /// from before the lock that the kernel knew in one.
     public func setattr(_ id: UInt64, changes: AttributeChanges, handle: UInt64?) throws -> stat {
         let node = nodes.node(id)
-        return try inView(locked: { view in
+        return try inView(node, locked: { view in
             let drop = view.drop(of: node)
             if let drop, drop.isDirectory || drop.cipher != nil {
                 return try changeAttributes(node, changes, handle: handle) { _ in drop.cipher }

@@ -63,7 +63,7 @@ extension PlainFileSystem {
     }
 
     public func open(_ id: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
-        try inView(locked: { try lockedOpen($0, id, flags: flags) }) { keys in
+        try inView(nodes.node(id), locked: { try lockedOpen($0, id, flags: flags) }) { keys in
             let node = nodes.node(id)
             let (backingFlags, writable) = Self.backingFlags(flags)
             let fd = try openForReadModifyWrite(node, flags: backingFlags, userWantsRead: flags & O_ACCMODE != O_WRONLY)
@@ -87,7 +87,7 @@ extension PlainFileSystem {
     }
 
     public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
-        try inView(locked: { try lockedCreate($0, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }) { keys in
+        try inView(nodes.node(parent), locked: { try lockedCreate($0, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }) { keys in
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
@@ -305,7 +305,7 @@ extension PlainFileSystem {
     public func access(_ id: UInt64, mask: Int32) throws {
         // While locked, what stays reachable for files made while locked answers.
         let node = nodes.node(id)
-        try inView(locked: { view in
+        try inView(node, locked: { view in
             guard isReachable(node, in: view) else { throw Errno(EACCES, "locked") }
             try Sys.access(node.procPath, mask)
         }) { _ in try Sys.access(node.procPath, mask) }

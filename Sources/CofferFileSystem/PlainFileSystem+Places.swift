@@ -172,9 +172,20 @@ extension PlainFileSystem {
     /// under the parent's own IV — or, only if that fails, under an IV of a conflict copy
     /// of the parent's IV file (which costs a listing of the parent). Nil if the daemon
     /// knows no name for `dir` (after a lock, until the kernel looks it up again).
+    /// From format 8 the tags are its own domain's, or (a crash in the middle of a class
+    /// change between domains) the other domain's.
     private func fitsPlace(_ record: DirectoryIV.Record, of dir: Node, keys: Keys) throws -> Bool? {
-        // A directory's IV file is tagged in its own domain (format 8).
-        let macs = try keys.in(dir).set.places
+        let own = dir.keyDomain
+        var found: Bool? = false
+        for domain in [own, own == .vault ? .afterFirstUnlock : .vault] {
+            guard let macs = try? keys.of(domain).set.places else { continue }
+            found = try fitsPlace(record, of: dir, keys: keys, macs: macs)
+            if found != false { return found }
+        }
+        return found
+    }
+
+    private func fitsPlace(_ record: DirectoryIV.Record, of dir: Node, keys: Keys, macs: PlaceMAC) throws -> Bool? {
         if dir === nodes.root { return try DirectoryBinding.fits(record, places: [Place.root], macs: macs) }
         guard let (parent, name) = dir.entry else { return nil }
         let copy = try isStoredAsCopy(dir, shownAs: name, in: parent, keys: keys)

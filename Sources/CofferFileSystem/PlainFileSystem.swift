@@ -282,11 +282,13 @@ public final class PlainFileSystem: Sendable {
         transition.begin()
         let (view, stuck) = lockedGate.close(waitingAtMost: lockWaitBound)
         if stuck > 0 { logger.warning("unlock: \(stuck) operation(s) on the locked view still running after \(lockWaitBound) s") }
+        enterDomain(nodes.root, in: nil, keys: keys)
         if let view {
             convertDrops(view, keys: keys)
             view.digest.wipe()
         }
         gate.open(keys)?.wipe()
+        vaultKeysPresent.store(true, ordering: .releasing)
         transition.end()
     }
 
@@ -302,12 +304,20 @@ public final class PlainFileSystem: Sendable {
     ///
     /// A file of an `unless-open` directory that is open at the lock keeps its own key
     /// (PlainFileSystem+Classes), and the kernel its pages, until its last close.
-    public func lock(kernelCaches: Bool = true) {
-        if kernelCaches { knownNodes().forEach(hooks.invalidateNode) }
-        closeView()
+    ///
+    /// From format 8 the after-first-unlock domain keeps its keys, its nodes their names and
+    /// the kernel its caches of them, unless `all` (`coffer lock --all`, a suspend, the end
+    /// of the mount): the directories of that class stay usable, reached through the
+    /// locked view's passages where their parents lock.
+    public func lock(kernelCaches: Bool = true, all: Bool = false) {
+        let keep: KeyDomain? = all || !vault.config.hasKeyDomains ? nil : .afterFirstUnlock
+        if kernelCaches { knownNodes().filter { nodes.node($0).keyDomain != keep }.forEach(hooks.invalidateNode) }
+        closeView(keeping: keep)
         // Nodes the kernel learnt during step 1 are in this fresh list too.
-        if kernelCaches { knownNodes().filter { nodes.node($0).keptKey == nil }.forEach(hooks.invalidateNode) }
-        forgetCachedEntries { parent, name in if kernelCaches { hooks.invalidateEntry(parent, name) } }
+        if kernelCaches {
+            knownNodes().filter { nodes.node($0).keptKey == nil && nodes.node($0).keyDomain != keep }.forEach(hooks.invalidateNode)
+        }
+        forgetCachedEntries(keeping: keep) { parent, name in if kernelCaches { hooks.invalidateEntry(parent, name) } }
         Sys.releaseFreeMemory()
     }
 
@@ -327,21 +337,28 @@ public final class PlainFileSystem: Sendable {
     /// What the lock keeps is decided after the drain, with no lock held: the classes
     /// read, the open files of `unless-open` directories given their keys, the locked
     /// view made. An operation refused at the gate meanwhile waits for that (`transition`).
-    private func closeView() {
+    /// `keep`: the domain whose keys stay (the gate opens again with them alone).
+    private func closeView(keeping keep: KeyDomain?) {
         transition.begin()
         let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
-        if let retiring {
+        vaultKeysPresent.store(false, ordering: .releasing)
+        let kept = keep == nil ? nil : retiring?.afterFirstUnlock
+        if let retiring, retiring.vault != nil {
             let unlessOpen = unlessOpenDirectories(keys: retiring)
             keepOpenFiles(keys: retiring, unlessOpen: unlessOpen)
-            if let view = lockedView(keys: retiring, unlessOpen: unlessOpen) { _ = lockedGate.open(view) }
+            let reachable = kept == nil ? [] : Set(nodes.allNodes().filter { $0.isDirectory && $0.keyDomain == .afterFirstUnlock }
+                .map(LockedView.Key.init))
+            if let view = lockedView(keys: retiring, unlessOpen: unlessOpen, reachable: reachable) { _ = lockedGate.open(view) }
         }
+        if let kept { _ = gate.open(Keys(vault: nil, afterFirstUnlock: kept)) }
         transition.end()
-        nodes.forgetNames()
+        nodes.forgetNames(keeping: kept?.domain)
         openDirectories.forgetListings()
-        retiring?.wipe()
+        retiring?.vault?.set.wipe()
+        if kept == nil { retiring?.afterFirstUnlock?.set.wipe() }
         // After the wipe: a key prepared from a retired key is not kept (BlockKeySlot); nor
         // is the key of a file made while locked, read from its key record since the unlock.
-        for node in nodes.allNodes() {
+        for node in nodes.allNodes() where node.keyDomain != kept?.domain {
             node.blockKeys.wipe()
             node.forgetSealedKey()
         }
@@ -351,8 +368,8 @@ public final class PlainFileSystem: Sendable {
     /// Calls `invalidate` with every (directory, name) the kernel may hold in its dentry
     /// cache — found, created, renamed, linked or looked up in vain since the last call —
     /// and then zeroes those names. The name's bytes are valid only during the call.
-    func forgetCachedEntries(_ invalidate: (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
-        for node in nodes.allNodes() {
+    func forgetCachedEntries(keeping kept: KeyDomain? = nil, _ invalidate: (UInt64, UnsafeBufferPointer<UInt8>) -> Void) {
+        for node in nodes.allNodes() where node.keyDomain != kept {
             guard let names = node.takeCachedNames() else { continue }
             let id = nodes.id(of: node)
             names.forEach { name in name.withUnsafeBufferPointer { invalidate(id, $0) } }
@@ -360,7 +377,10 @@ public final class PlainFileSystem: Sendable {
         }
     }
 
-    public var isUnlocked: Bool { gate.isOpen }
+    /// The vault domain's keys are here (a lock that keeps the after-first-unlock domain
+    /// leaves the gate open with that domain's alone).
+    public var isUnlocked: Bool { vaultKeysPresent.load(ordering: .acquiring) }
+    private let vaultKeysPresent = Atomic<Bool>(false)
 
     /// Runs `body` with the keys, or throws EACCES while locked. With `activity` false
     /// (the daemon's own housekeeping) it does not count for the idle lock.
@@ -375,12 +395,16 @@ public final class PlainFileSystem: Sendable {
     /// operation in until it returns): `unlocked` with the keys, `locked` with the locked
     /// view while locked with directories that take new files; EACCES while locked
     /// without one. A lock or unlock under way ends first.
-    func inView<R>(locked: (LockedView) throws -> R, unlocked: (Keys) throws -> R) throws -> R {
+    /// `target`: the node the operation works in; one of the after-first-unlock domain
+    /// is served with that domain's keys while the rest of the vault is locked.
+    func inView<R>(_ target: Node? = nil, locked: (LockedView) throws -> R, unlocked: (Keys) throws -> R) throws -> R {
         for attempt in 0..<2 {
             if let keys = gate.enter() {
                 defer { gate.leave() }
-                lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-                return try lockedIfRetired { try unlocked(keys) }
+                if keys.vault != nil || target?.keyDomain == .afterFirstUnlock {
+                    lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+                    return try lockedIfRetired { try unlocked(keys) }
+                }
             }
             if let view = lockedGate.enter() {
                 defer { lockedGate.leave() }
@@ -399,8 +423,10 @@ public final class PlainFileSystem: Sendable {
     func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) throws -> ContentCipher) throws -> R) throws -> R {
         if let keys = gate.enter() {
             defer { gate.leave() }
-            lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-            return try lockedIfRetired { try body { try contentCipher($0, of: node, keys: keys) } }
+            if keys.vault != nil || node.keyDomain == .afterFirstUnlock {
+                lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+                return try lockedIfRetired { try body { try contentCipher($0, of: node, keys: keys) } }
+            }
         }
         transition.waitUntilSettled()
         guard let kept = node.keptKey else { throw Errno(EACCES, "locked") }
@@ -459,7 +485,7 @@ public final class PlainFileSystem: Sendable {
         let node = nodes.node(id)
         // While locked: a directory on the way to files made while locked, such a file, or
         // a file a lock left its key.
-        return try inView(locked: { view in
+        return try inView(node, locked: { view in
             guard isReachable(node, in: view) || node.keptKey != nil else { throw Errno(EACCES, "locked") }
             return plain(try Sys.stat(node.fd), of: node.fd)
         }) { _ in plain(try Sys.stat(node.fd), of: node.fd) }
@@ -482,7 +508,7 @@ public final class PlainFileSystem: Sendable {
 
     /// Looks up `name` in directory `parent`: one name encryption, one openat, one fstat.
     public func lookup(parent: UInt64, name: [UInt8]) throws -> Entry {
-        try inView(locked: { try lockedLookup($0, parent: parent, name: name) }) { keys in
+        try inView(nodes.node(parent), locked: { try lockedLookup($0, parent: parent, name: name) }) { keys in
             let dir = nodes.node(parent)
             do {
                 let backing = try backingName(name, in: dir, keys: keys)

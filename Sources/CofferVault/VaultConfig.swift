@@ -20,7 +20,9 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     /// from 6 in a content key per file and protection classes (ProtectionClass), 6 from
     /// 7 in binding a file made while locked to its directory and file (DropName's binding)
     /// and consuming its key record at its conversion (FoundDrop).
-    public static let supportedFormats = 1...7
+    /// 7 from 8 in key domains (after-first-unlock) and file keys wrapped in the header:
+    /// made only on request (`init --format 8`) until it is complete.
+    public static let supportedFormats = 1...8
 
     /// The oldest format that has `cipher`.
     public static func minimumFormat(for cipher: ContentAlgorithm) -> Int {

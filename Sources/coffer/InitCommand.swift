@@ -48,9 +48,10 @@ struct InitCommand: ParsableCommand {
     var cipherdir: String
 
     func validate() throws {
-        if let format, !(VaultConfig.minimumFormat(for: cipher)...VaultConfig.currentFormat).contains(format) {
+        let newest = VaultConfig.supportedFormats.upperBound
+        if let format, !(VaultConfig.minimumFormat(for: cipher)...newest).contains(format) {
             throw ValidationError(
-                "--format must be \(VaultConfig.minimumFormat(for: cipher))…\(VaultConfig.currentFormat) with the cipher \(cipher.rawValue)")
+                "--format must be \(VaultConfig.minimumFormat(for: cipher))…\(newest) with the cipher \(cipher.rawValue)")
         }
         let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
         guard kdf.isAcceptable else {

@@ -3,6 +3,7 @@
 // only calls setxattr/getxattr of `user.coffer.class` on PATH; the daemon does the rest.
 import ArgumentParser
 import CofferSystem
+import CofferVault
 import Glibc
 
 struct ProtectCommand: ParsableCommand {
@@ -31,8 +32,8 @@ struct ProtectCommand: ParsableCommand {
     var path: String
 
     func validate() throws {
-        if let protectionClass, !["complete", "unless-open"].contains(protectionClass) {
-            throw ValidationError("--class must be complete or unless-open, not \(protectionClass)")
+        if let protectionClass, ProtectionClass(name: protectionClass) == nil {
+            throw ValidationError("--class must be complete, unless-open or after-first-unlock, not \(protectionClass)")
         }
         if show && protectionClass != nil { throw ValidationError("--show and --class go alone") }
         if recursive && protectionClass == nil { throw ValidationError("--recursive goes with --class") }
