@@ -164,6 +164,8 @@ extension PlainFileSystem {
     public func link(_ id: UInt64, newParent: UInt64, newName name: [UInt8]) throws -> Entry {
         try withKeys { keys in
             let node = nodes.node(id), dir = nodes.node(newParent)
+            // A file's links are all in one key domain (format 8: its key is wrapped in one).
+            guard node.keyDomain == dir.keyDomain else { throw Errno(EXDEV, "a hard link across key domains") }
             let backing = try newName(name, in: dir, keys: keys)
             // A file with hard links has several places: its content is bound to none.
             let unbind = try node.entry.flatMap { try rebind(.node(node), shownAs: $0.name, in: $0.parent, to: nil, keys: keys) }
@@ -276,6 +278,9 @@ extension PlainFileSystem {
         let target = nodes.node(parent).keyDomain == nodes.node(newParent).keyDomain ? nodes.node(parent) : nil
         try inView(target, locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
+            // TODO(format 8): a file moving between key domains is re-wrapped, a directory
+            // converted (docs/FORMAT.md §12); until then such a move is EXDEV (mv copies).
+            guard from.keyDomain == to.keyDomain else { throw Errno(EXDEV, "a rename across key domains") }
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)
             try settleSplitDirectory(to, keys: keys)

@@ -381,6 +381,8 @@ public final class PlainFileSystem: Sendable {
     /// leaves the gate open with that domain's alone).
     public var isUnlocked: Bool { vaultKeysPresent.load(ordering: .acquiring) }
     private let vaultKeysPresent = Atomic<Bool>(false)
+    /// Locked with the after-first-unlock domain's keys kept (format 8).
+    public var keepsAfterFirstUnlock: Bool { !isUnlocked && gate.isOpen }
 
     /// Runs `body` with the keys, or throws EACCES while locked. With `activity` false
     /// (the daemon's own housekeeping) it does not count for the idle lock.

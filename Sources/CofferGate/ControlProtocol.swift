@@ -62,12 +62,15 @@ public struct ControlRequest: Codable, Equatable {
     public var reason: String?
     /// lock: announce it and wait the mount's grace (`--lock-grace`) first.
     public var grace: Bool?
+    /// lock: the after-first-unlock class's keys go too (format 8; `coffer lock --all`).
+    public var all: Bool?
     /// subscribe: this subscriber may delay an announced lock until it says `done`.
     public var delays: Bool?
 
     public init(op: Operation, secret: SecretKind? = nil, secretLength: Int? = nil, slot: String? = nil,
-                reason: String? = nil, grace: Bool? = nil, delays: Bool? = nil) {
+                reason: String? = nil, grace: Bool? = nil, delays: Bool? = nil, all: Bool? = nil) {
         version = ControlProtocol.version
+        self.all = all
         self.op = op.rawValue
         self.secret = secret
         self.secretLength = secretLength

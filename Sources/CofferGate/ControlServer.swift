@@ -285,7 +285,7 @@ public final class ControlServer: Sendable {
             if request.grace == true && reason == .command {
                 gate.lockAnnounced(reason: reason, detail: "requested by uid \(peer.uid)", grace: gate.lockGrace)
             } else {
-                gate.lock(reason: reason, detail: "requested by uid \(peer.uid)")
+                gate.lock(reason: reason, detail: "requested by uid \(peer.uid)", all: request.all == true)
             }
             reply(fd, .success("locked", status: gate.status()))
         case .subscribe:

@@ -161,8 +161,9 @@ public final class Gate: Sendable {
     /// when), announced to subscribers with a deadline of now. With `ifIdleFor`, locks
     /// only if no operation needed the keys for that many seconds (checked in the gate's
     /// turn, so an unlock in between wins). `detail` goes into the log line.
-    public func lock(reason: Event.Reason, detail: String, ifIdleFor idle: Int64? = nil) {
-        inTurn { lock(reason, logged: "\(reason.rawValue): \(detail)", ifIdleFor: idle, announce: true, kernelCaches: true) }
+    /// `all`: the after-first-unlock class's keys go too (`coffer lock --all`).
+    public func lock(reason: Event.Reason, detail: String, ifIdleFor idle: Int64? = nil, all: Bool = false) {
+        inTurn { lock(reason, logged: "\(reason.rawValue): \(detail)", ifIdleFor: idle, announce: true, kernelCaches: true, all: all) }
     }
 
     /// Locks after a grace of `grace` seconds, announced to subscribers (`will-lock` with
@@ -195,11 +196,17 @@ public final class Gate: Sendable {
     /// that many seconds), in the gate's turn: subscribers hear `will-lock` first (with
     /// `announce`; an announced lock was told before its grace) and `locked` after, both
     /// sent without waiting. `logged` goes into the log line.
-    private func lock(_ reason: Event.Reason, logged: String, ifIdleFor idle: Int64?, announce: Bool, kernelCaches: Bool) {
-        guard fs.isUnlocked else { return }
+    ///
+    /// What drops the after-first-unlock class's keys too (format 8): `lock --all`, a wipe,
+    /// a suspend and the end of the mount; a lock that finds only those keys left drops
+    /// them for these reasons and does nothing otherwise.
+    private func lock(_ reason: Event.Reason, logged: String, ifIdleFor idle: Int64?, announce: Bool, kernelCaches: Bool,
+                      all: Bool = false) {
+        let all = all || [.wipe, .suspend, .unmount].contains(reason)
+        guard fs.isUnlocked || (all && fs.keepsAfterFirstUnlock) else { return }
         if let idle, fs.idleSeconds < idle { return }
         if announce { events?.publish(MountEvent(.willLock(reason, grace: 0))) }
-        fs.lock(kernelCaches: kernelCaches)
+        fs.lock(kernelCaches: kernelCaches, all: all)
         state.withLock { $0.since = Date() }
         logger.notice("locked (\(logged)); keys wiped")
         events?.publish(MountEvent(.locked(reason)))

@@ -209,11 +209,15 @@ struct LockCommand: ParsableCommand {
                                           + "first (at once otherwise)."))
     var grace = false
 
+    @Flag(name: .long, help: ArgumentHelp("Lock the after-first-unlock directories too (format 8), whose keys every other lock "
+                                          + "keeps, as a suspend and an unmount do."))
+    var all = false
+
     @OptionGroup var target: MountTarget
 
     func run() throws {
         try runReportingFailures {
-            _ = try target.send(ControlRequest(op: .lock, grace: grace ? true : nil))
+            _ = try target.send(ControlRequest(op: .lock, grace: grace ? true : nil, all: all ? true : nil))
             print("\(target.mountpoint) locked")
         }
     }
