@@ -1,0 +1,69 @@
+// End-to-end: the after-first-unlock class (format 8, docs/FORMAT.md §12). Its
+// directories keep working through `coffer lock` — read, write, reopen, create, rename,
+// list, make directories, a database reopened — while the rest of the vault locks;
+// `coffer lock --all` locks them too; moves and links across key domains are refused.
+import Foundation
+import XCTest
+
+final class AfterFirstUnlockTests: EndToEndCase {
+    /// A format-8 vault with mail/ (after-first-unlock) and docs/ (complete), mounted.
+    func vaultWithMail() -> MountedVault {
+        let vault = MountedVault(scratch: scratch, name: "afu", initOptions: ["--format", "8"])
+        vault.mount()
+        assertOK(vault.sh("""
+            mkdir mail docs && '\(Harness.coffer)' protect --class after-first-unlock mail > /dev/null &&
+            echo 'first message' > mail/1 && echo 'a document' > docs/d && mkdir mail/sub && echo deep > mail/sub/x
+            """), "vault")
+        return vault
+    }
+
+    func testItsDirectoriesWorkThroughALockAndTheRestLocks() {
+        let vault = vaultWithMail()
+        assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null"), "lock")
+        let locked = vault.sh("""
+            cat mail/1 mail/sub/x && echo 'second message' > mail/2 && echo appended >> mail/1 &&
+            mv mail/2 mail/sub/2 && mkdir mail/new && echo n > mail/new/n && ls -R mail | tr '\\n' ' '
+            """)
+        XCTAssertEqual(locked.status, 0, locked.stderr)
+        XCTAssertEqual(locked.stdout, "first message\ndeep\nmail: 1 new sub  mail/new: n  mail/sub: 2 x ")
+        for script in ["cat docs/d", "ls docs", "echo x > docs/e"] {
+            XCTAssertTrue(vault.sh(script).stderr.contains("Permission denied"), "\(script) while locked")
+        }
+        XCTAssertTrue(vault.sh("'\(Harness.coffer)' status \"$M\"").stdout.contains("locked"))
+        assertOK(vault.sh("'\(Harness.coffer)' lock --all \"$M\" > /dev/null"), "lock --all")
+        XCTAssertTrue(vault.sh("cat mail/1").stderr.contains("Permission denied"), "mail/ after lock --all")
+        assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
+        let after = vault.sh("cat mail/1 mail/sub/2 mail/new/n docs/d")
+        XCTAssertEqual(after.stdout, "first message\nappended\nsecond message\nn\na document\n", after.stderr)
+        vault.unmount()
+    }
+
+    func testASqliteDatabaseIsReopenedWhileLocked() {
+        let vault = vaultWithMail()
+        let script = """
+            import sqlite3, subprocess, sys
+            coffer, m = sys.argv[1:3]
+            db = m + "/mail/index.sqlite"
+            c = sqlite3.connect(db); c.execute("create table t (n)"); c.commit(); c.close()
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            for n in range(20):
+                c = sqlite3.connect(db); c.execute("insert into t values (?)", (n,)); c.commit(); c.close()
+            c = sqlite3.connect(db); print(c.execute("select count(*) from t").fetchone()[0]); c.close()
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "20\n")
+        vault.unmount()
+    }
+
+    func testMovesAndLinksAcrossKeyDomainsAreRefused() {
+        let vault = vaultWithMail()
+        XCTAssertTrue(vault.sh("ln mail/1 docs/link").stderr.contains("Invalid cross-device link"))
+        let rename = vault.sh("python3 -c 'import os; os.rename(\"mail/1\", \"docs/1\")'")
+        XCTAssertTrue(rename.stderr.contains("Invalid cross-device link"), rename.stderr)
+        // mv copies instead: the file is in docs/ and locks with it.
+        assertOK(vault.sh("mv mail/1 docs/1 && cat docs/1 && '\(Harness.coffer)' lock \"$M\" > /dev/null"), "mv")
+        XCTAssertTrue(vault.sh("cat docs/1").stderr.contains("Permission denied"))
+        vault.unmount()
+    }
+}
