@@ -60,8 +60,14 @@ public final class VaultChecker {
     private let vault: Vault
     /// The vault's root directory (`vault.root`), where the walk starts.
     private var root: Int32 { vault.root.rawValue }
-    private let keys: KeySet
-    private let codecs: VaultCodecs
+    /// The vault domain's keys, and from format 8 the after-first-unlock domain's
+    /// (docs/FORMAT.md §12); `domain` says which the directory being checked uses.
+    private let vaultKeys: KeySet
+    private let vaultCodecs: VaultCodecs
+    private let afterFirstUnlock: (keys: KeySet, codecs: VaultCodecs)?
+    private var domain = KeyDomain.vault
+    private var keys: KeySet { domain == .afterFirstUnlock ? afterFirstUnlock!.keys : vaultKeys }
+    private var codecs: VaultCodecs { domain == .afterFirstUnlock ? afterFirstUnlock!.codecs : vaultCodecs }
     /// The block layout of the vault's format.
     private let layout: BlockLayout
     /// IV files carry tags binding them to their directories' places (format 5 on).
@@ -81,8 +87,11 @@ public final class VaultChecker {
         self.vault = vault
         self.journal = journal
         self.repair = repair
-        keys = vault.keys(from: master)
-        codecs = VaultCodecs(keys, longSymlinkTargets: vault.config.storesLongSymlinkTargets)
+        let long = vault.config.storesLongSymlinkTargets
+        vaultKeys = vault.keys(from: master)
+        vaultCodecs = VaultCodecs(vaultKeys, longSymlinkTargets: long)
+        let afu = vault.config.hasKeyDomains ? vault.keys(from: master, domain: .afterFirstUnlock) : nil
+        afterFirstUnlock = afu.map { ($0, VaultCodecs($0, longSymlinkTargets: long)) }
         layout = BlockLayout.of(format: vault.config.format)
         bindsDirectories = vault.config.bindsDirectories
         bindsDrops = vault.config.bindsDrops
@@ -90,7 +99,28 @@ public final class VaultChecker {
         self.progress = progress
     }
 
-    deinit { keys.wipe() }
+    deinit {
+        vaultKeys.wipe()
+        afterFirstUnlock?.keys.wipe()
+    }
+
+    /// The key domain of backing directory `dir` (format 8): its class's, told by the key
+    /// that opens its class record; the vault domain's without one.
+    private func domain(of dir: Int32) -> KeyDomain {
+        guard let afterFirstUnlock, let record = try? DirectoryIV.read(in: dir, bound: bindsDirectories),
+              let found = try? ProtectionClass.read(in: dir, dirIV: record.iv, box: vaultKeys.metadata,
+                                                    afterFirstUnlock: afterFirstUnlock.keys.metadata) else { return .vault }
+        return found.domain
+    }
+
+    /// Whether IV file `record` fits one of `places` under the tags of the directory's
+    /// domain, or (a crash in the middle of a class change, format 8) the other's.
+    private func fits(_ record: DirectoryIV.Record, places: [Place]) throws -> Bool {
+        if try DirectoryBinding.fits(record, places: places, macs: keys.places) { return true }
+        guard let afterFirstUnlock else { return false }
+        let other = domain == .vault ? afterFirstUnlock.keys.places : vaultKeys.places
+        return try DirectoryBinding.fits(record, places: places, macs: other)
+    }
 
     private func problem(_ path: String, _ what: String, backingName: String? = nil) {
         summary.problems += 1
@@ -307,11 +337,14 @@ public final class VaultChecker {
     /// `places`: where the directory may stand (its IV file must fit one, format 5).
     private func checkDirectory(_ dir: Int32, path: String, places: [Place]) {
         summary.directories += 1
+        let outer = domain
+        defer { domain = outer }
+        domain = domain(of: dir)
         checkXattrs(Sys.procPath(dir), path: path)
         let iv: [UInt8]
         do {
             let record = try DirectoryIV.read(in: dir, bound: bindsDirectories)
-            guard try DirectoryBinding.fits(record, places: places, macs: keys.places) else {
+            guard try fits(record, places: places) else {
                 return problem(path, "\(VaultError.directoryIVMisplaced(DirectoryIV.fileName)); the names in it are not checked")
             }
             iv = record.iv
@@ -350,7 +383,7 @@ public final class VaultChecker {
         for copy in (try? DirectoryIV.alternates(in: dir, bound: bindsDirectories)) ?? [] {
             if copy.record.iv == iv && copy.name == DirectoryIV.keptCopyName {
                 misplaced.insert(copy.name)  // coffer's kept copy of the IV it gave an arriving directory: nothing to report
-            } else if (try? DirectoryBinding.fits(copy.record, places: places, macs: keys.places)) == true {
+            } else if (try? fits(copy.record, places: places)) == true {
                 alternates.append(.init(fileName: copy.name, iv: copy.record.iv))
             } else {
                 misplaced.insert(copy.name)
@@ -436,7 +469,8 @@ public final class VaultChecker {
     private func checkClass(_ dir: Int32, path: String, iv: [UInt8], entries: [String]) {
         guard vault.config.hasProtectionClasses else { return }
         do {
-            let found = try ProtectionClass.read(in: dir, dirIV: iv, box: keys.metadata, entries: entries)
+            let found = try ProtectionClass.read(in: dir, dirIV: iv, box: vaultKeys.metadata,
+                                                 afterFirstUnlock: afterFirstUnlock?.keys.metadata, entries: entries)
             guard found != .complete else { return }
             summary.classed += 1
             var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
@@ -518,6 +552,15 @@ public final class VaultChecker {
             } catch {
                 return problem(path, "\(error)")
             }
+        } else if let header = try? file.header(), let wrap = header.keyWrap {
+            // Format 8: its key wrapped in its header, in its directory's domain (or, after a
+            // crash in the middle of a move, the other's).
+            let boxes = [keys.metadata, domain == .vault ? afterFirstUnlock?.keys.metadata : vaultKeys.metadata].compactMap { $0 }
+            guard let key = boxes.lazy.compactMap({ try? FileKeyWrap.unwrap(wrap, fileID: header.fileID.bytes, under: $0) }).first else {
+                return problem(path, "its key wrap opens under no key of this vault")
+            }
+            file = ContentFile(fd: fd.rawValue, cipher: .sealedFile(key: key, algorithm: keys.content.algorithm, fileID: header.fileID),
+                               layout: layout)
         }
         guard places.isEmpty || checkPlace(file, path: path, places: places) else { return }
         // Blocks a crash tore that the undo journal puts back are leftovers, not damage.

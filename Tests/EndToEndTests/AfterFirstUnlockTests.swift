@@ -66,4 +66,23 @@ final class AfterFirstUnlockTests: EndToEndCase {
         XCTAssertTrue(vault.sh("cat docs/1").stderr.contains("Permission denied"))
         vault.unmount()
     }
+
+    /// fsck reads both key domains: a clean format-8 vault has no problems, its classes
+    /// listed; a changed byte of an after-first-unlock file is damage; and that file's
+    /// backing copied over a complete directory's file is refused there.
+    func testFsckChecksBothDomains() {
+        let vault = vaultWithMail()
+        let mail = vault.backingPath(of: "mail/1"), docs = vault.backingPath(of: "docs/d")
+        vault.unmount()
+        let clean = vault.fsck()
+        XCTAssertEqual(clean.status, 0, clean.stdout + clean.stderr)
+        XCTAssertTrue(clean.stdout.contains("class: /mail: protection class after-first-unlock"), clean.stdout)
+        assertOK(Harness.sh("cp '\(mail)' '\(docs)'"), "copy")
+        assertOK(Harness.sh("python3 -c 'f = open(\"\(mail)\", \"r+b\"); f.seek(120); b = f.read(1); f.seek(120); f.write(bytes([b[0] ^ 1]))'"),
+                 "flip")
+        let damaged = vault.fsck()
+        XCTAssertEqual(damaged.status, 40, damaged.stdout + damaged.stderr)
+        XCTAssertTrue(damaged.stdout.contains("damaged: /mail/1: block 0 failed authentication"), damaged.stdout)
+        XCTAssertTrue(damaged.stdout.contains("damaged: /docs/d: its content belongs to another name or directory"), damaged.stdout)
+    }
 }
