@@ -278,14 +278,19 @@ extension PlainFileSystem {
         let target = nodes.node(parent).keyDomain == nodes.node(newParent).keyDomain ? nodes.node(parent) : nil
         try inView(target, locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
-            // TODO(format 8): a file moving between key domains is re-wrapped, a directory
-            // converted (docs/FORMAT.md §12); until then such a move is EXDEV (mv copies).
-            guard from.keyDomain == to.keyDomain else { throw Errno(EXDEV, "a rename across key domains") }
+            // Between key domains (format 8) a file is re-wrapped; a directory would be
+            // converted (TODO, docs/FORMAT.md §12), a symlink sealed anew (TODO), a file with
+            // other links stays where its links are: EXDEV for those (mv copies).
+            let crossing = from.keyDomain != to.keyDomain
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)
             try settleSplitDirectory(to, keys: keys)
             // One stat of each backing entry serves every decision below.
             let (old, moving) = try existingEntry(name, in: from, keys: keys)
+            if crossing {
+                guard let moving, moving.st_mode & S_IFMT != S_IFDIR, moving.st_mode & S_IFMT != S_IFLNK, moving.st_nlink == 1,
+                      flags & RENAME_EXCHANGE == 0 else { throw Errno(EXDEV, "a rename across key domains") }
+            }
             let new = try self.newName(newName, in: to, keys: keys)
             let target = try? Sys.stat(new.name, in: to.fd)
             // A symlink replaced by the rename takes its long target's sidecar with it.
@@ -302,7 +307,7 @@ extension PlainFileSystem {
             if !(from === to && old == new.backing) {
                 let place = Place(dirIV: try directoryIV(to, keys: keys), name: newName)
                 if let moving, let undo = try rebind(.entry(old.name, in: from), stat: moving, shownAs: name, in: from,
-                                                     to: place, keys: keys) {
+                                                     to: place, toDomain: crossing ? to.keyDomain : nil, keys: keys) {
                     rebound.append(undo)
                 }
                 if let exchanged,
@@ -315,7 +320,10 @@ extension PlainFileSystem {
                 try renameReplacingEmptyDirectory(old.name, stat: moving, in: from, to: new.name, stat: target, in: to, flags: flags)
                 to.rememberEntry(newName)
                 // The nodes know their new names (an open checks the place by it).
-                if let moving, let node = nodes.known(moving) { node.setName(newName, parent: to) }
+                if let moving, let node = nodes.known(moving) {
+                    node.setName(newName, parent: to)
+                    node.setKeyDomain(to.keyDomain)
+                }
                 if let exchanged, let node = nodes.known(exchanged) { node.setName(name, parent: from) }
             } catch {
                 rebound.forEach { $0() }

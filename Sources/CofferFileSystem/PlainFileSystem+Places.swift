@@ -277,8 +277,12 @@ extension PlainFileSystem {
     /// directory, no tags (format 1–3; format 4 for directories), already linked, or
     /// content that does not belong where it is now (it keeps its tag, so the move does
     /// not make it valid). `known`: the file's stat if the caller has just made it.
+    ///
+    /// `toDomain` (format 8): the key domain of the destination, if not `dir`'s: the tag is
+    /// that domain's, and a file's key is wrapped anew in it (also a linked file's); a file
+    /// whose key is still in a key record (made while locked) is not moved (EXDEV).
     func rebind(_ file: BackingFile, stat known: stat? = nil, shownAs name: [UInt8], in dir: Node, to place: Place?,
-                keys: Keys) throws -> (() -> Void)? {
+                toDomain: KeyDomain? = nil, keys: Keys) throws -> (() -> Void)? {
         guard let st = known ?? (try? file.stat()) else { return nil }
         if st.st_mode & S_IFMT == S_IFDIR {
             return try rebindDirectory(file, shownAs: name, in: dir, to: place, keys: keys)
@@ -286,8 +290,9 @@ extension PlainFileSystem {
         guard layout.endsInFinalBlock, st.st_mode & S_IFMT == S_IFREG else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
                                          keys: keys)
-        // Within one domain: a rename or link across domains is refused before (EXDEV).
         let set = try keys.in(dir).set
+        let target = try toDomain.map { try keys.of($0).set } ?? set
+        let crossing = target !== set
         let macs = set.places
         return try withContentDescriptor(file, stat: st) { fd in
             let content = ContentFile(fd: fd, cipher: set.content, layout: layout)
@@ -295,13 +300,23 @@ extension PlainFileSystem {
                   (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else {
                 return nil
             }
-            let linked = try macs.linkedTag(fileID: header.fileID.bytes)
-            if PlaceMAC.equal(old, linked) { return nil }
-            let new = try place.map { try macs.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) } ?? linked
-            try PlaceBinding.rewrite(content, from: old, to: new, keeping: [st.st_atim, st.st_mtim])
+            let isLinked = PlaceMAC.equal(old, try macs.linkedTag(fileID: header.fileID.bytes))
+            if isLinked && !crossing { return nil }
+            // A linked file keeps the linked tag (in the destination's domain).
+            let bound = isLinked ? nil : place
+            let new = try bound.map { try target.places.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) }
+                ?? target.places.linkedTag(fileID: header.fileID.bytes)
+            var wrap: [UInt8]?
+            if crossing, let oldWrap = header.keyWrap {
+                guard !header.isSealed else { throw Errno(EXDEV, "a file made while locked moves across key domains once converted") }
+                let key = try FileKeyWrap.unwrap(oldWrap, fileID: header.fileID.bytes, under: set.metadata)
+                defer { key.wipe() }
+                wrap = try FileKeyWrap.wrap(key, fileID: header.fileID.bytes, under: target.metadata)
+            }
+            try PlaceBinding.rewrite(content, from: old, to: new, keyWrap: wrap, keeping: [st.st_atim, st.st_mtim])
             return { [layout] in
                 try? self.withContentDescriptor(file, stat: st) {
-                    try ContentFile(fd: $0, cipher: set.content, layout: layout).setPlaceTag(old)
+                    try ContentFile(fd: $0, cipher: set.content, layout: layout).setPlaceTag(old, keyWrap: wrap == nil ? nil : header.keyWrap)
                 }
             }
         }

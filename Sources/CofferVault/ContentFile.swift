@@ -125,10 +125,12 @@ public struct ContentFile {
     /// were: a tag is no content, and a rename or link must not look like a change to
     /// rsync -a, make or a backup. `times`: the atime and mtime to keep, if the caller
     /// has just read them (else they are read here).
-    public func setPlaceTag(_ tag: [UInt8], keeping times: [timespec]? = nil) throws {
-        precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize)
+    /// `keyWrap` (format 8): the file's key wrapped anew (a move into the other key
+    /// domain), written after the tag in the same pwrite.
+    public func setPlaceTag(_ tag: [UInt8], keyWrap: [UInt8]? = nil, keeping times: [timespec]? = nil) throws {
+        precondition(layout.endsInFinalBlock && tag.count == PlaceMAC.tagSize && (keyWrap == nil || layout == .wrapped))
         let times = try times ?? { let before = try Sys.stat(fd); return [before.st_atim, before.st_mtim] }()
-        try tag.withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
+        try (tag + (keyWrap ?? [])).withUnsafeBytes { try Sys.writeFully(fd, $0, at: Int64(FileHeader.placeTagOffset)) }
         try Sys.setTimes(open: fd, times)
     }
 

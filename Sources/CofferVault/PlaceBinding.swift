@@ -86,12 +86,16 @@ public enum PlaceBinding {
     /// first (old ‖ new), then the header. Where the backing file system has no user
     /// xattrs, the header is made durable instead, before the caller's rename. `times`:
     /// the file's atime and mtime, if the caller has them (else they are read).
-    public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8], keeping times: [timespec]? = nil) throws {
+    /// `keyWrap` (format 8): the file's key wrapped in the key domain it moves into,
+    /// written with the tag (a reader takes a wrap of either domain, so a power cut that
+    /// keeps the rename and not the header leaves a file that opens).
+    public static func rewrite(_ file: ContentFile, from oldTag: [UInt8], to newTag: [UInt8], keyWrap: [UInt8]? = nil,
+                               keeping times: [timespec]? = nil) throws {
         do {
             try Sys.setXattr(file.fd, xattrName, oldTag + newTag, flags: 0)
-            try file.setPlaceTag(newTag, keeping: times)
+            try file.setPlaceTag(newTag, keyWrap: keyWrap, keeping: times)
         } catch let error as Errno where error.code == ENOTSUP || error.code == EOPNOTSUPP {
-            try file.setPlaceTag(newTag, keeping: times)
+            try file.setPlaceTag(newTag, keyWrap: keyWrap, keeping: times)
             try Sys.fdatasync(file.fd)
         }
     }

@@ -1,7 +1,7 @@
 // End-to-end: the after-first-unlock class (format 8, docs/FORMAT.md §12). Its
 // directories keep working through `coffer lock` — read, write, reopen, create, rename,
 // list, make directories, a database reopened — while the rest of the vault locks;
-// `coffer lock --all` locks them too; moves and links across key domains are refused.
+// `coffer lock --all` locks them too; a file moves between key domains by its key alone.
 import Foundation
 import XCTest
 
@@ -56,15 +56,26 @@ final class AfterFirstUnlockTests: EndToEndCase {
         vault.unmount()
     }
 
-    func testMovesAndLinksAcrossKeyDomainsAreRefused() {
+    /// A file renamed between key domains is re-wrapped, not re-encrypted (its blocks
+    /// stay as they were), and locks with its new directory; a hard link across domains,
+    /// and a directory's rename across them, are refused (EXDEV: mv copies the directory).
+    func testAFileMovesBetweenKeyDomainsByItsKeyAlone() {
         let vault = vaultWithMail()
-        XCTAssertTrue(vault.sh("ln mail/1 docs/link").stderr.contains("Invalid cross-device link"))
-        let rename = vault.sh("python3 -c 'import os; os.rename(\"mail/1\", \"docs/1\")'")
+        let blocks = "tail -c +107 \"$(find \"$C\" -inum $(stat -c %i \"$1\"))\" | md5sum"
+        let before = vault.sh("f() { \(blocks); }; f docs/d")
+        assertOK(vault.sh("mv docs/d mail/d && mv mail/1 docs/1"), "renames")
+        XCTAssertEqual(vault.sh("f() { \(blocks); }; f mail/d").stdout, before.stdout, "the blocks were sealed again")
+        XCTAssertTrue(vault.sh("ln mail/d docs/link").stderr.contains("Invalid cross-device link"))
+        let rename = vault.sh("python3 -c 'import os; os.rename(\"mail/sub\", \"docs/sub\")'")
         XCTAssertTrue(rename.stderr.contains("Invalid cross-device link"), rename.stderr)
-        // mv copies instead: the file is in docs/ and locks with it.
-        assertOK(vault.sh("mv mail/1 docs/1 && cat docs/1 && '\(Harness.coffer)' lock \"$M\" > /dev/null"), "mv")
-        XCTAssertTrue(vault.sh("cat docs/1").stderr.contains("Permission denied"))
+        assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null"), "lock")
+        XCTAssertEqual(vault.sh("cat mail/d").stdout, "a document\n", "moved into mail/, it stays readable")
+        XCTAssertTrue(vault.sh("cat docs/1").stderr.contains("Permission denied"), "moved out of mail/, it locks")
+        assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
+        XCTAssertEqual(vault.sh("cat docs/1 mail/d").stdout, "first message\na document\n")
         vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
     }
 
     /// fsck reads both key domains: a clean format-8 vault has no problems, its classes
