@@ -135,6 +135,9 @@ public struct GateStatus: Codable, Equatable, Sendable {
     public var busProblem: String?
     /// What of the desktop session locks the vault (`--lock-on`: "screen", "suspend").
     public var lockOn: [String]?
+    /// Locked, the classes whose keys the lock kept ("after-first-unlock", format 8;
+    /// empty after `lock --all`; nil while unlocked or from an older daemon).
+    public var keptClasses: [String]?
 }
 
 /// What the server answers. `error` is a stable code; `message` is for people.

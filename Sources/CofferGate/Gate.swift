@@ -208,7 +208,7 @@ public final class Gate: Sendable {
         if announce { events?.publish(MountEvent(.willLock(reason, grace: 0))) }
         fs.lock(kernelCaches: kernelCaches, all: all)
         state.withLock { $0.since = Date() }
-        logger.notice("locked (\(logged)); keys wiped")
+        logger.notice("locked (\(logged)); keys wiped\(fs.keepsAfterFirstUnlock ? " but the after-first-unlock class's" : "")")
         events?.publish(MountEvent(.locked(reason)))
     }
 
@@ -264,6 +264,7 @@ public final class Gate: Sendable {
                           transport: transport(), subscribers: events?.count, lockGraceSeconds: lockGrace,
                           protectionClasses: ProtectionClass.allCases.filter { $0.formats.contains(fs.vault.config.format) }.map(\.name),
                           filesKeptOpen: fs.filesKeptOpen, busName: state.busName, busProblem: state.busProblem,
-                          lockOn: state.lockOn)
+                          lockOn: state.lockOn,
+                          keptClasses: fs.isUnlocked ? nil : fs.keepsAfterFirstUnlock ? [ProtectionClass.afterFirstUnlock.name] : [])
     }
 }

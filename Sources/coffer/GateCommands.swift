@@ -292,9 +292,10 @@ struct StatusCommand: ParsableCommand {
             let bus = status.busName.map { "on the session bus as \($0)" } ?? status.busProblem.map { "not on D-Bus: \($0)" } ?? "not on D-Bus"
             let lockOn = (status.lockOn ?? []).isEmpty ? "" : "; locks with the session's " + (status.lockOn ?? []).joined(separator: " and ")
             let keptOpen = status.filesKeptOpen.map { $0 > 0 ? "; \($0) open file\($0 == 1 ? "" : "s") kept through the lock" : "" } ?? ""
+            let kept = (status.keptClasses ?? []).isEmpty ? "" : "; kept: " + (status.keptClasses ?? []).joined(separator: ", ")
             let retry = status.retryAfter > 0 ? String(format: ", next attempt in %.0f s", status.retryAfter.rounded(.up)) : ""
             print("""
-                State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")
+                State:           \(status.state) since \(status.since)\(status.wiped ? " (vault wiped)" : "")\(kept)
                 Idle:            \(status.idleSeconds) s\(idleLock)\(announced)
                 Subscribers:     \(status.subscribers.map(String.init) ?? "none (no events)") to coffer events
                 Desktop:         \(bus)\(lockOn)

@@ -29,8 +29,9 @@ final class AfterFirstUnlockTests: EndToEndCase {
         for script in ["cat docs/d", "ls docs", "echo x > docs/e"] {
             XCTAssertTrue(vault.sh(script).stderr.contains("Permission denied"), "\(script) while locked")
         }
-        XCTAssertTrue(vault.sh("'\(Harness.coffer)' status \"$M\"").stdout.contains("locked"))
+        XCTAssertTrue(vault.sh("'\(Harness.coffer)' status \"$M\"").stdout.contains("kept: after-first-unlock"))
         assertOK(vault.sh("'\(Harness.coffer)' lock --all \"$M\" > /dev/null"), "lock --all")
+        XCTAssertFalse(vault.sh("'\(Harness.coffer)' status \"$M\"").stdout.contains("kept:"), "kept after lock --all")
         XCTAssertTrue(vault.sh("cat mail/1").stderr.contains("Permission denied"), "mail/ after lock --all")
         assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
         let after = vault.sh("cat mail/1 mail/sub/2 mail/new/n docs/d")
