@@ -97,4 +97,60 @@ final class AfterFirstUnlockTests: EndToEndCase {
         XCTAssertTrue(damaged.stdout.contains("damaged: /mail/1: block 0 failed authentication"), damaged.stdout)
         XCTAssertTrue(damaged.stdout.contains("damaged: /docs/d: its content belongs to another name or directory"), damaged.stdout)
     }
+
+    /// The daemon's memory after a lock that keeps the class (read as root, knowing every
+    /// key from the recovery key): the after-first-unlock domain's seven subkeys are
+    /// there; the master key, subkey 9 (their root) and every vault-domain subkey are not.
+    /// After lock --all, none is.
+    func testALockKeepsTheClassKeysAndNoOther() throws {
+        if let sanitizer = Harness.sanitizer { throw XCTSkip("a memory scan reads no \(sanitizer) sanitizer's address space") }
+        let recovery = scratch.path + "/recovery"
+        let vault = MountedVault(scratch: scratch, name: "scan", initOptions: ["--format", "8", "--recovery-key-out", recovery])
+        vault.mount()
+        let vectors = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("vectors").path
+        let script = Harness.memoryScan + """
+            import json, os, subprocess, sys
+            coffer, m, c, recovery, vectors = sys.argv[1:6]
+            sys.path.insert(0, vectors)
+            import check_format as f
+            conf = json.load(open(os.path.join(c, "coffer.conf")))
+            k = conf["kdf"]
+            canonical = f.canonical_parameters(conf["format"], conf["created"], conf["contentCipher"], conf["blockSize"],
+                                               k["algorithm"], k["opsLimit"], k["memLimit"], f.b64url_decode(k["salt"]))
+            slot = next(s for s in conf["slots"] if s["kind"] == "recovery")
+            master = f.unwrap_key_slot(f.kek_rec(f.parse_recovery_key(open(recovery).read())), slot["wrappedKey"], canonical, "recovery")
+            keys = {"master": master, **{"subkey %d" % i: f.subkey(master, i) for i in range(1, 10)},
+                    **{"afu subkey %d" % i: f.afu_subkey(master, i) for i in range(1, 8)}}
+            os.makedirs(os.path.join(m, "mail"))
+            subprocess.run([coffer, "protect", "--class", "after-first-unlock", os.path.join(m, "mail")], check=True, stdout=subprocess.DEVNULL)
+            with open(os.path.join(m, "mail", "1"), "w") as g: g.write("message")
+            with open(os.path.join(m, "doc"), "w") as g: g.write("document")
+            pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            assert open(os.path.join(m, "mail", "1")).read() == "message"
+            print("locked", json.dumps(scan(pid, keys), sort_keys=True))
+            subprocess.run([coffer, "lock", "--all", m], check=True, stdout=subprocess.DEVNULL)
+            print("all", json.dumps(scan(pid, keys), sort_keys=True))
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, recovery, vectors], timeout: 120)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        func counts(_ prefix: String) -> [String: Int] {
+            guard let line = r.stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }),
+                  let data = line.dropFirst(prefix.count).data(using: .utf8),
+                  let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int] else { return [:] }
+            return object
+        }
+        let locked = counts("locked "), all = counts("all ")
+        XCTAssertFalse(locked.isEmpty || all.isEmpty, r.stdout)
+        for name in ["master"] + (1...9).map({ "subkey \($0)" }) {
+            XCTAssertEqual(locked[name], 0, "\(name) after a lock: \(r.stdout)")
+            XCTAssertEqual(all[name], 0, "\(name) after lock --all: \(r.stdout)")
+        }
+        for name in (1...7).map({ "afu subkey \($0)" }) {
+            XCTAssertGreaterThan(locked[name] ?? 0, 0, "\(name) not kept by the lock: \(r.stdout)")
+            XCTAssertEqual(all[name], 0, "\(name) after lock --all: \(r.stdout)")
+        }
+        vault.unmount()
+    }
 }
