@@ -153,4 +153,109 @@ final class AfterFirstUnlockTests: EndToEndCase {
         }
         vault.unmount()
     }
+
+    /// A real mail synchroniser (mbsync) pulls from a real IMAP server (dovecot on
+    /// 127.0.0.1) into an after-first-unlock maildir once per delivery, across two locks:
+    /// every run succeeds — each reopens its state files (.uidvalidity, .mbsyncstate) made
+    /// before the lock — and every message is there once. The server is stopped even if
+    /// the test fails.
+    func testAMailSynchroniserPullsThroughLocks() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/sbin/dovecot"),
+              FileManager.default.isExecutableFile(atPath: "/usr/bin/mbsync") else {
+            throw XCTSkip("dovecot-imapd and isync are not installed (scripts/setup --test installs them)")
+        }
+        let vault = vaultWithMail()
+        let server = scratch.mkdir("imap")
+        addTeardownBlock { Harness.sh("[ -f '\(server)/run/master.pid' ] && kill $(cat '\(server)/run/master.pid') || true") }
+        let script = """
+            import os, re, socket, subprocess, sys, time
+            coffer, m, passfile, d = sys.argv[1:5]
+            with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+            for way in (os.path.dirname(d), d): os.chmod(way, 0o711)  # the server's user passes through
+            home = os.path.join(d, "home", "u", "Maildir")
+            for sub in ("new", "cur", "tmp"): os.makedirs(os.path.join(home, sub))
+            for sub in ("run", "state"): os.makedirs(os.path.join(d, sub))
+            subprocess.run(["chown", "-R", "nobody:nogroup", os.path.join(d, "home")], check=True)
+            open(os.path.join(d, "dovecot.conf"), "w").write(f\"\"\"
+            base_dir = {d}/run
+            state_dir = {d}/state
+            log_path = {d}/dovecot.log
+            protocols = imap
+            listen = 127.0.0.1
+            ssl = no
+            disable_plaintext_auth = no
+            auth_mechanisms = plain
+            first_valid_uid = 1
+            passdb {{
+              driver = static
+              args = password=secret
+            }}
+            userdb {{
+              driver = static
+              args = uid=nobody gid=nogroup home={d}/home/%u mail=maildir:~/Maildir
+            }}
+            service imap-login {{
+              inet_listener imap {{
+                address = 127.0.0.1
+                port = {port}
+              }}
+              inet_listener imaps {{
+                port = 0
+              }}
+              chroot =
+            }}
+            service anvil {{
+              chroot =
+            }}
+            \"\"\")
+            open(os.path.join(d, "mbsyncrc"), "w").write(f\"\"\"
+            IMAPAccount test
+            Host 127.0.0.1
+            Port {port}
+            User u
+            Pass secret
+            SSLType None
+            AuthMechs PLAIN
+
+            IMAPStore remote
+            Account test
+
+            MaildirStore local
+            Path {m}/mail/
+            Inbox {m}/mail/INBOX
+            SubFolders Verbatim
+
+            Channel c
+            Far :remote:
+            Near :local:
+            Patterns INBOX
+            Create Near
+            SyncState *
+            \"\"\")
+            # Its daemon holds no pipe of ours (the harness reads ours to their end).
+            subprocess.run(["dovecot", "-c", os.path.join(d, "dovecot.conf")], check=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            failed, rounds = [], 30
+            for n in range(rounds):
+                if n in (8, 20): subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+                if n == 14: subprocess.run([coffer, "unlock", "--passfile", passfile, m], check=True, stdout=subprocess.DEVNULL)
+                path = os.path.join(home, "new", "%d.test" % n)
+                open(path, "w").write(f"From: a@b\\nTo: u@b\\nSubject: {n}\\nMessage-ID: <{n}@test>\\n\\nmessage {n}\\n")
+                subprocess.run(["chown", "nobody:nogroup", path], check=True)
+                r = subprocess.run(["mbsync", "-q", "-c", os.path.join(d, "mbsyncrc"), "-a"], capture_output=True, text=True)
+                if r.returncode != 0: failed.append((n, r.stderr.strip()[-200:]))
+            ids = []
+            for sub in ("new", "cur"):
+                for name in os.listdir(os.path.join(m, "mail", "INBOX", sub)):
+                    ids += re.findall(r"Message-ID: <(\\d+)@test>", open(os.path.join(m, "mail", "INBOX", sub, name)).read())
+            print("failed runs", failed)
+            print("messages", sorted(map(int, ids)) == list(range(rounds)), len(ids))
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.passfile, server], timeout: 300)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertTrue(r.stdout.contains("failed runs []\n"), r.stdout + r.stderr)
+        XCTAssertTrue(r.stdout.contains("messages True 30\n"), r.stdout + r.stderr)
+        assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
+        vault.unmount()
+    }
 }
