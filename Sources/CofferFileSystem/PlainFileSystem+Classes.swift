@@ -57,7 +57,8 @@ extension PlainFileSystem {
                 guard try DirectoryIV.leftovers(in: node.fd) != nil else {
                     throw Errno(ENOTEMPTY, "a class change between key domains needs an empty directory (for now)")
                 }
-                let place = try node === nodes.root ? Place.root : node.entry.map { Place(dirIV: try directoryIV($0.parent, keys: keys), name: $0.name) }
+                let place = try node === nodes.root
+                    ? Place.root : node.entry.map { Place(dirIV: try directoryIV($0.parent, keys: keys), name: $0.name) }
                 guard let place else { throw Errno(ESTALE, "enter the directory again by its path") }
                 let record = try DirectoryIV.read(in: node.fd, bound: bindsDirectories)
                 if bindsDirectories {

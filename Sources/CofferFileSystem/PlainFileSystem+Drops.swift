@@ -210,7 +210,9 @@ extension PlainFileSystem {
         if bindsDrops && header.isSealed {
             let record = try DropRecord.readRecord(fileID: header.fileID, root: root, keys: try keys.of(.vault).set)
             defer { record.key.wipe() }
-            if !record.placed { try DropRecord.markPlaced(key: record.key, fileID: header.fileID, metadata: try keys.of(.vault).set.metadata, root: root) }
+            if !record.placed {
+                try DropRecord.markPlaced(key: record.key, fileID: header.fileID, metadata: try keys.of(.vault).set.metadata, root: root)
+            }
         }
     }
 
@@ -239,7 +241,8 @@ extension PlainFileSystem {
             }
             return  // made before a crash
         }
-        _ = try DirectoryIV.create(in: sub, iv: iv, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: try keys.of(.vault).set.places) : nil)
+        let macs = try keys.of(.vault).set.places
+        _ = try DirectoryIV.create(in: sub, iv: iv, tag: bindsDirectories ? DirectoryBinding.tagging(at: place, macs: macs) : nil)
         try inheritClass(from: dir, into: sub, iv: iv, keys: keys)
     }
 

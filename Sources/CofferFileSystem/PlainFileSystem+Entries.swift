@@ -276,7 +276,9 @@ extension PlainFileSystem {
         guard flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) == 0 else { throw Errno(EINVAL, "rename flags") }
         // Served with the after-first-unlock keys while locked only if both are of that domain.
         let target = nodes.node(parent).keyDomain == nodes.node(newParent).keyDomain ? nodes.node(parent) : nil
-        try inView(target, locked: { try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags) }) { keys in
+        try inView(target, locked: {
+            try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+        }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
             // Between key domains (format 8) a file is re-wrapped; a directory would be
             // converted (TODO, docs/FORMAT.md §12), a symlink sealed anew (TODO), a file with

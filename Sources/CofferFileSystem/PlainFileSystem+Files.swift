@@ -87,7 +87,9 @@ extension PlainFileSystem {
     }
 
     public func create(parent: UInt64, name: [UInt8], mode: mode_t, flags: Int32, caller: Caller) throws -> (Entry, UInt64) {
-        try inView(nodes.node(parent), locked: { try lockedCreate($0, parent: parent, name: name, mode: mode, flags: flags, caller: caller) }) { keys in
+        try inView(nodes.node(parent), locked: {
+            try lockedCreate($0, parent: parent, name: name, mode: mode, flags: flags, caller: caller)
+        }) { keys in
             let dir = nodes.node(parent)
             let new = try newName(name, in: dir, keys: keys)
             let (backingFlags, writable) = Self.backingFlags(flags)
