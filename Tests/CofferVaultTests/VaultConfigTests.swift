@@ -132,8 +132,8 @@ final class VaultConfigTests: XCTestCase, VaultTestCase {
 
     func testUnknownFormatAndMalformedConfig() throws {
         _ = try makeVault()
-        try editConfig { $0["format"] = 8 }
-        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 8)) }
+        try editConfig { $0["format"] = 9 }
+        XCTAssertThrowsError(try Vault.open(at: dir.path)) { XCTAssertEqual($0 as? VaultError, .unsupportedFormat(version: 9)) }
         dir.write(VaultConfig.fileName, Array("{\"format\": 1}".utf8))
         XCTAssertThrowsError(try Vault.open(at: dir.path)) {
             guard case .configMalformed = $0 as? VaultError else { return XCTFail("\($0)") }

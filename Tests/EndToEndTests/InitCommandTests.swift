@@ -65,10 +65,10 @@ final class InitCommandTests: EndToEndCase {
         let r = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(r.status, 13, r.stderr)
         XCTAssertTrue(r.stderr.contains("modified or damaged"), r.stderr)
-        try "{\"format\": 8}".write(toFile: conf, atomically: false, encoding: .utf8)
+        try "{\"format\": 9}".write(toFile: conf, atomically: false, encoding: .utf8)
         let v = Harness.run([Harness.coffer, "info", dir])
         XCTAssertEqual(v.status, 14, v.stderr)
-        XCTAssertTrue(v.stderr.contains("format version 8"), v.stderr)
+        XCTAssertTrue(v.stderr.contains("format version 9"), v.stderr)
     }
 
     func testSpeedPrintsEngineAndRawFigures() {
