@@ -19,6 +19,9 @@ public final class Gate: Sendable {
     /// Seconds an idle lock (or `coffer lock --grace`) is announced before it comes
     /// (`--lock-grace`); 0: at once, still announced.
     public let lockGrace: Double
+    /// Whether a suspend keeps the after-first-unlock class's keys, as `coffer lock` does
+    /// (`--suspend-keeps-after-first-unlock`); by default a suspend drops them.
+    public let suspendKeepsAfterFirstUnlock: Bool
     /// The programs told of locks and unlocks (nil: none are, as in tests of the gate alone).
     public let events: EventHub?
     private let logger: Logger
@@ -51,7 +54,7 @@ public final class Gate: Sendable {
     private let transport: @Sendable () -> String
 
     public init(fs: PlainFileSystem, mountpoint: String, socketPath: String = "", idleLock: Int64?,
-                lockGrace: Double = 0, events: EventHub? = nil,
+                lockGrace: Double = 0, suspendKeepsAfterFirstUnlock: Bool = false, events: EventHub? = nil,
                 transport: @escaping @Sendable () -> String = { "/dev/fuse" },
                 derive: @escaping Vault.KeyDerivation = Vault.deriveInProcess,
                 logger: Logger = Logger(label: "coffer", factory: { _ in SwiftLogNoOpLogHandler() })) {
@@ -61,6 +64,7 @@ public final class Gate: Sendable {
         self.socketPath = socketPath
         self.idleLock = idleLock
         self.lockGrace = lockGrace
+        self.suspendKeepsAfterFirstUnlock = suspendKeepsAfterFirstUnlock
         self.events = events
         self.transport = transport
         self.logger = logger
@@ -198,11 +202,12 @@ public final class Gate: Sendable {
     /// sent without waiting. `logged` goes into the log line.
     ///
     /// What drops the after-first-unlock class's keys too (format 8): `lock --all`, a wipe,
-    /// a suspend and the end of the mount; a lock that finds only those keys left drops
-    /// them for these reasons and does nothing otherwise.
+    /// a suspend (unless the mount says it keeps them) and the end of the mount; a lock
+    /// that finds only those keys left drops them for these reasons and does nothing
+    /// otherwise.
     private func lock(_ reason: Event.Reason, logged: String, ifIdleFor idle: Int64?, announce: Bool, kernelCaches: Bool,
                       all: Bool = false) {
-        let all = all || [.wipe, .suspend, .unmount].contains(reason)
+        let all = all || [.wipe, .unmount].contains(reason) || (reason == .suspend && !suspendKeepsAfterFirstUnlock)
         guard fs.isUnlocked || (all && fs.keepsAfterFirstUnlock) else { return }
         if let idle, fs.idleSeconds < idle { return }
         if announce { events?.publish(MountEvent(.willLock(reason, grace: 0))) }

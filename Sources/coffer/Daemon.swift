@@ -38,6 +38,8 @@ final class Daemon {
         /// Seconds.
         var lockGrace: Int64?
         var lockOn: [String]
+        /// A suspend keeps the after-first-unlock class's keys (--suspend-keeps-after-first-unlock).
+        var suspendKeepsAfterFirstUnlock: Bool
         /// The mount's readahead window in KiB (-o read_ahead_kb=N, root only), or nil
         /// for the kernel's.
         var readAheadKiB: Int?
@@ -120,7 +122,8 @@ final class Daemon {
         options.transportSettled = { logger.notice("requests come through \($0)") }
         let session = try FuseSession(fs: fs, options: options, link: link)
         let gate = Gate(fs: fs, mountpoint: target, socketPath: socketPath, idleLock: settings.idleLock,
-                        lockGrace: Double(settings.lockGrace ?? 0), events: events,
+                        lockGrace: Double(settings.lockGrace ?? 0), suspendKeepsAfterFirstUnlock: settings.suspendKeepsAfterFirstUnlock,
+                        events: events,
                         transport: { session.transport }, derive: KDFHelper.derive, logger: logger)
 
         // The passphrase given at mount opens the same gate as `coffer unlock`.

@@ -66,6 +66,11 @@ struct MountCommand: ParsableCommand {
         valueName: "screen,suspend"))
     var lockOn: [String] = []
 
+    @Flag(name: .long, help: ArgumentHelp(
+        "With --lock-on suspend: the lock before a suspend keeps the after-first-unlock class's keys (format 8), "
+            + "as `coffer lock` does; by default a suspend drops them, as `coffer lock --all`."))
+    var suspendKeepsAfterFirstUnlock = false
+
     @Option(name: .long, help: ArgumentHelp("Worker threads serving requests (1…64; default 8, or 2 per core above 4 cores).", valueName: "n"))
     var threads: Int = FuseSession.defaultThreads
 
@@ -146,6 +151,9 @@ struct MountCommand: ParsableCommand {
         }
         if LockTrigger.parse(lockOn) == nil {
             throw ValidationError("--lock-on takes screen, suspend, or both (screen,suspend)")
+        }
+        if suspendKeepsAfterFirstUnlock && !(LockTrigger.parse(lockOn) ?? []).contains(.suspend) {
+            throw ValidationError("--suspend-keeps-after-first-unlock goes with --lock-on suspend")
         }
         // allow_other alone would let every user past the owner's file modes: only
         // --allow-other, which adds default_permissions, may let others in.
@@ -244,6 +252,7 @@ struct MountCommand: ParsableCommand {
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if let lockGrace { arguments += ["--lock-grace", lockGrace] }
         for trigger in lockOn { arguments += ["--lock-on", trigger] }
+        if suspendKeepsAfterFirstUnlock { arguments.append("--suspend-keeps-after-first-unlock") }
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         // Resolved here: the daemon does not read the environment for it.
@@ -295,7 +304,8 @@ struct MountCommand: ParsableCommand {
                                        allowOther: allowOther, readOnly: readOnly, fuseOptions: libfuseWords,
                                        transport: transport, threads: threads, watchLimit: watchLimit,
                                        idleLock: idleLock.flatMap(parseDuration), lockGrace: lockGrace.flatMap(parseDuration),
-                                       lockOn: lockOn, readAheadKiB: readAheadKiB)
+                                       lockOn: lockOn, suspendKeepsAfterFirstUnlock: suspendKeepsAfterFirstUnlock,
+                                       readAheadKiB: readAheadKiB)
         let daemon = try Daemon(settings, logger: Logger(label: "coffer")) { vault in
             let passphrase = try passphraseFD.map { fd in
                 // Inherited from the launcher for this one read; closed after it.

@@ -351,6 +351,43 @@ final class DesktopSessionTests: EndToEndCase {
             """, vault.log)
     }
 
+    /// A suspend drops the after-first-unlock class's keys too (format 8), as `lock --all`
+    /// does: its directories are refused until the unlock. A mount with
+    /// `--suspend-keeps-after-first-unlock` keeps them, as `coffer lock` does: mail/ reads
+    /// and takes new files through the suspend while docs/ is refused.
+    func testASuspendDropsTheAfterFirstUnlockClassUnlessTheMountKeepsIt() {
+        let vault = MountedVault(scratch: scratch, initOptions: ["--format", "8"])
+        let r = run("""
+            bus_up; logind_up; mount_vault --lock-on suspend
+            cd "$M" && mkdir mail docs && "$COFFER" protect --class after-first-unlock mail > /dev/null && echo m > mail/m && echo d > docs/d
+            cd /
+            suspend() { echo sleep >&3; soon "[ \\$(grep -c '^sleep ' \"$S/logind\") = $1 ]"; echo resume >&3; }
+            suspend 1
+            "$COFFER" status "$M" | grep -c 'kept:' || true
+            { cat "$M/mail/m" || true; } 2>&1 | sed "s#$M/##"
+            "$COFFER" unlock --passfile "$PASS" "$M" > /dev/null; unmount_vault
+            mount_vault --lock-on suspend --suspend-keeps-after-first-unlock
+            ls "$M/mail" > /dev/null        # a lock reaches the directories the kernel knew
+            suspend 2
+            "$COFFER" status "$M" | grep -o 'kept: .*'
+            cat "$M/mail/m"; echo n > "$M/mail/n" && cat "$M/mail/n"
+            { cat "$M/docs/d" || true; } 2>&1 | sed "s#$M/##"
+            unmount_vault
+            "$COFFER" mount --passfile "$PASS" --suspend-keeps-after-first-unlock "$C" "$M" 2>&1 || true
+            """, vault)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr + vault.log)
+        XCTAssertEqual(r.stdout, """
+            0
+            cat: mail/m: Permission denied
+            kept: after-first-unlock
+            m
+            n
+            cat: docs/d: Permission denied
+            coffer: --suspend-keeps-after-first-unlock goes with --lock-on suspend (see coffer mount --help)
+
+            """, vault.log)
+    }
+
     /// An fstab line's lock_on= and lock_grace= reach the daemon through mount.coffer: its
     /// status names them, and a suspend waits for the lock.
     func testFstabsLockOnAndLockGraceReachTheMount() throws {
