@@ -14,12 +14,14 @@ struct ProtectCommand: ParsableCommand {
             complete (the default): at a lock every file is refused. unless-open: a file open \
             at the lock stays usable through its open descriptors until it is closed, and new \
             files and directories can be made in it while locked (sealed to the vault's drop \
-            key; ordinary entries again from the unlock). A new directory takes its parent's class. The vault must be unlocked and of format 6; \
+            key; ordinary entries again from the unlock). after-first-unlock (format 8): its files and names stay usable \
+            through `coffer lock` (not `lock --all`). A new directory takes its parent's class. The vault must be \
+            unlocked and of format 6 (format 8 for after-first-unlock); \
             only the directory's owner (or root) sets its class. The same as \
             `setfattr -n user.coffer.class -v CLASS PATH` and `getfattr -n user.coffer.class PATH`.
             """)
 
-    @Option(name: .customLong("class"), help: ArgumentHelp("The class to set: complete or unless-open.", valueName: "class"))
+    @Option(name: .customLong("class"), help: ArgumentHelp("The class to set: complete, unless-open or after-first-unlock.", valueName: "class"))
     var protectionClass: String?
 
     @Flag(name: .long, help: "Show the directory's class (the default without --class).")
@@ -90,6 +92,10 @@ struct ProtectCommand: ParsableCommand {
             return CommandFailure(status: .unsupported,
                                   message: "\(path): this vault's format has no protection classes "
                                       + "(format 6 has them: a vault made by `coffer init` of this version)")
+        case EINVAL where protectionClass.flatMap(ProtectionClass.init(name:)) == .afterFirstUnlock:
+            return CommandFailure(status: .unsupported,
+                                  message: "\(path): this vault's format has no after-first-unlock class "
+                                      + "(format 8 has it: a vault made by `coffer init --format 8`)")
         case ENOTDIR:
             return CommandFailure(status: .notADirectory, message: "\(path) is not a directory: a protection class is a directory's")
         case EPERM:
