@@ -50,7 +50,8 @@ public struct SealedBox: Sendable {
     }
 
     /// Seals with a caller-chosen nonce. Only known-answer tests may call this with a
-    /// fixed nonce; production callers use `seal(_:associatedData:)`.
+    /// fixed nonce; production callers use `seal(_:associatedData:)`, or re-seal under
+    /// another key with the nonce a blob had (format 8's key-domain conversion).
     public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], nonce: [UInt8]) throws -> [UInt8] {
         precondition(nonce.count == Self.nonceSize)
         var out = [UInt8](repeating: 0, count: plaintext.count + Self.overhead)

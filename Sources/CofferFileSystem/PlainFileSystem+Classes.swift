@@ -40,7 +40,7 @@ extension PlainFileSystem {
     /// only the directory's owner (or root) sets it; EOPNOTSUPP before format 6, ENOTDIR
     /// on anything but a directory, EINVAL for a value that names no class.
     func setClass(_ id: UInt64, value: [UInt8]?, caller: Caller) throws {
-        try withKeys { keys in
+        let change: (from: ProtectionClass, to: ProtectionClass)? = try withKeys { keys in
             let node = nodes.node(id)
             guard vault.config.hasProtectionClasses else { throw Errno(EOPNOTSUPP, "protection classes need format 6") }
             guard node.isDirectory else { throw Errno(ENOTDIR, "a protection class is a directory's") }
@@ -49,25 +49,23 @@ extension PlainFileSystem {
             let wanted = value.map { String(decoding: $0, as: UTF8.self) }.map { $0.hasSuffix("\n") ? String($0.dropLast()) : $0 }
             guard let chosen = wanted.map(ProtectionClass.init(name:)) ?? .complete else { throw Errno(EINVAL, "no such class") }
             guard chosen.formats.contains(vault.config.format) else { throw Errno(EINVAL, "\(chosen.name) needs a vault of format 8") }
-            let iv = try directoryIV(node, keys: keys)
+            let current = protectionClass(of: node, keys: keys)
+            // Between key domains the directory's entries move (PlainFileSystem+Conversion),
+            // with every other operation waiting: done below, outside this operation.
             if chosen.domain != node.keyDomain {
-                // TODO(format 8): a change between key domains converts the tree (docs/FORMAT.md
-                // §12); until then only an empty directory changes domain: its IV file takes
-                // its tag in the new domain (a reader takes either domain's), then its class.
-                guard try DirectoryIV.leftovers(in: node.fd) != nil else {
-                    throw Errno(ENOTEMPTY, "a class change between key domains needs an empty directory (for now)")
-                }
-                let place = try node === nodes.root
-                    ? Place.root : node.entry.map { Place(dirIV: try directoryIV($0.parent, keys: keys), name: $0.name) }
-                guard let place else { throw Errno(ESTALE, "enter the directory again by its path") }
-                let record = try DirectoryIV.read(in: node.fd, bound: bindsDirectories)
-                if bindsDirectories {
-                    try DirectoryIV.rebind(in: node.fd, record: record, to: keys.of(chosen.domain).set.places.directoryTag(iv: iv, at: place))
-                }
+                try settleSplitDirectory(node, keys: keys)
+                try checkConvertible(node, keys: keys)
+                return (current, chosen)
             }
-            try chosen.write(in: node.fd, dirIV: iv, box: keys.of(chosen.domain).set.metadata)
-            node.setKeyDomain(chosen.domain)
+            try chosen.write(in: node.fd, dirIV: try directoryIV(node, keys: keys), box: keys.of(chosen.domain).set.metadata)
             logger.info("protection class of \(node.plaintextPath) (backing inode \(node.ino)) set to \(chosen.name)")
+            return nil
+        }
+        guard let change else { return }
+        try withEveryOperationWaiting { keys in
+            let node = nodes.node(id)
+            guard change.to.domain != node.keyDomain else { return }
+            try convertDirectory(node, from: change.from, to: change.to, keys: keys)
         }
     }
 

@@ -280,9 +280,9 @@ extension PlainFileSystem {
             try lockedRename($0, parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
         }) { keys in
             let from = nodes.node(parent), to = nodes.node(newParent)
-            // Between key domains (format 8) a file is re-wrapped; a directory would be
-            // converted (TODO, docs/FORMAT.md §12), a symlink sealed anew (TODO), a file with
-            // other links stays where its links are: EXDEV for those (mv copies).
+            // Between key domains (format 8) a file is re-wrapped and a directory keeps its
+            // own domain (its class); a symlink (whose target would be sealed anew) and a
+            // file with other links (which stay where they are) are EXDEV: mv copies them.
             let crossing = from.keyDomain != to.keyDomain
             // Settled before the source's backing name is taken: settling renames.
             try settleSplitDirectory(from, keys: keys)
@@ -290,7 +290,7 @@ extension PlainFileSystem {
             // One stat of each backing entry serves every decision below.
             let (old, moving) = try existingEntry(name, in: from, keys: keys)
             if crossing {
-                guard let moving, moving.st_mode & S_IFMT != S_IFDIR, moving.st_mode & S_IFMT != S_IFLNK, moving.st_nlink == 1,
+                guard let moving, moving.st_mode & S_IFMT != S_IFLNK, moving.st_mode & S_IFMT == S_IFDIR || moving.st_nlink == 1,
                       flags & RENAME_EXCHANGE == 0 else { throw Errno(EXDEV, "a rename across key domains") }
             }
             let new = try self.newName(newName, in: to, keys: keys)
@@ -324,7 +324,7 @@ extension PlainFileSystem {
                 // The nodes know their new names (an open checks the place by it).
                 if let moving, let node = nodes.known(moving) {
                     node.setName(newName, parent: to)
-                    node.setKeyDomain(to.keyDomain)
+                    if !node.isDirectory { node.setKeyDomain(to.keyDomain) }
                 }
                 if let exchanged, let node = nodes.known(exchanged) { node.setName(name, parent: from) }
             } catch {

@@ -332,9 +332,9 @@ extension PlainFileSystem {
         guard bindsDirectories, let place else { return nil }
         let places = try candidatePlaces(shownAs: name, in: dir, storedAsCopy: isStoredAsCopy(file, shownAs: name, in: dir, keys: keys),
                                          keys: keys)
-        // TODO(format 8): the moving directory's own domain (its class), not its parent's.
-        let macs = try keys.in(dir).set.places
         let fd = try file.open(flags: O_PATH | O_DIRECTORY)
+        // The moving directory's own domain (its class), which a move does not change.
+        let macs = try keys.of(domainOfDirectory(fd.rawValue, file: file, keys: keys)).set.places
         let copies = ((try? DirectoryIV.alternates(in: fd.rawValue, bound: true)) ?? []).map(\.name)
         var undo: [() -> Void] = []
         for ivFile in [DirectoryIV.fileName] + copies {
@@ -349,6 +349,18 @@ extension PlainFileSystem {
             }
         }
         return undo.isEmpty ? nil : { undo.forEach { $0() } }
+    }
+
+    /// The key domain of backing directory `fd` (`file`): its node's, if the kernel knows
+    /// it, else its class record's (format 8; the vault domain before).
+    func domainOfDirectory(_ fd: Int32, file: BackingFile, keys: Keys) throws -> KeyDomain {
+        guard vault.config.hasKeyDomains else { return .vault }
+        if case .node(let node) = file { return node.keyDomain }
+        if let node = nodes.known(try Sys.stat(fd)) { return node.keyDomain }
+        guard let iv = try? DirectoryIV.read(in: fd, bound: bindsDirectories).iv else { return .vault }
+        let record = try? ProtectionClass.readRecord(in: fd, dirIV: iv, box: keys.vault?.set.metadata,
+                                                     afterFirstUnlock: keys.afterFirstUnlockRecords)
+        return record?.target.domain ?? .vault
     }
 
     /// Whether backing file `file`, shown as `name` in `dir`, is stored under a conflict

@@ -157,6 +157,9 @@ public final class PlainFileSystem: Sendable {
     /// have them and the locked view is open, and from an unlock's closing of the locked
     /// view until the gate is open: an operation refused at a gate waits for it to end.
     let transition = ViewTransition()
+    /// One at a time: an unlock, a lock's closing of the view, a class change that holds
+    /// every operation (PlainFileSystem+Conversion). A semaphore: waiting is its purpose.
+    let keyTurn = DispatchSemaphore(value: 1)
     /// Seconds a lock waits for operations in flight before it wipes the keys anyway.
     public let lockWaitBound = 2.0
     /// Where damage reports and other log lines go: the daemon's log (none by default,
@@ -279,6 +282,8 @@ public final class PlainFileSystem: Sendable {
                             ? DomainKeys(.afterFirstUnlock, vault.keys(from: master, domain: .afterFirstUnlock), longSymlinkTargets: long) : nil)
         master.wipe()
         lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+        keyTurn.wait()
+        defer { keyTurn.signal() }
         transition.begin()
         let (view, stuck) = lockedGate.close(waitingAtMost: lockWaitBound)
         if stuck > 0 { logger.warning("unlock: \(stuck) operation(s) on the locked view still running after \(lockWaitBound) s") }
@@ -339,6 +344,8 @@ public final class PlainFileSystem: Sendable {
     /// view made. An operation refused at the gate meanwhile waits for that (`transition`).
     /// `keep`: the domain whose keys stay (the gate opens again with them alone).
     private func closeView(keeping keep: KeyDomain?) {
+        keyTurn.wait()
+        defer { keyTurn.signal() }
         transition.begin()
         let (retiring, stuck) = gate.close(waitingAtMost: lockWaitBound)
         vaultKeysPresent.store(false, ordering: .releasing)
@@ -387,10 +394,31 @@ public final class PlainFileSystem: Sendable {
     /// Runs `body` with the keys, or throws EACCES while locked. With `activity` false
     /// (the daemon's own housekeeping) it does not count for the idle lock.
     func withKeys<R>(activity: Bool = true, _ body: (Keys) throws -> R) throws -> R {
-        guard let keys = gate.enter() else { throw Errno(EACCES, "locked") }
+        // Refused at the gate while a lock, an unlock or a class change is under way:
+        // asked again once it is over.
+        guard let keys = gate.enter() ?? { transition.waitUntilSettled(); return gate.enter() }() else {
+            throw Errno(EACCES, "locked")
+        }
         defer { gate.leave() }
         if activity { lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed) }
         return try lockedIfRetired { try body(keys) }
+    }
+
+    /// Runs `body` with the keys while no other operation runs (the gate closed, those in
+    /// flight drained, new ones waiting for it: `transition`); one at a time with locks and
+    /// unlocks (`keyTurn`). EACCES while locked; EBUSY if an operation is stuck in the
+    /// backing file system.
+    func withEveryOperationWaiting<R>(_ body: (Keys) throws -> R) throws -> R {
+        keyTurn.wait()
+        defer { keyTurn.signal() }
+        transition.begin()
+        defer { transition.end() }
+        let (held, stuck) = gate.close(waitingAtMost: lockWaitBound)
+        guard let keys = held else { throw Errno(EACCES, "locked") }
+        defer { _ = gate.open(keys) }
+        guard stuck == 0 else { throw Errno(EBUSY, "an operation is stuck in the backing file system") }
+        guard keys.vault != nil else { throw Errno(EACCES, "locked") }
+        return try body(keys)
     }
 
     /// Runs an operation in the view the mount is in, entered once (its gate counts the
@@ -423,14 +451,16 @@ public final class PlainFileSystem: Sendable {
     /// made while locked), else EACCES. An operation refused at the gate while a lock is
     /// under way waits for the lock to decide which files keep their keys (milliseconds).
     func withContentKey<R>(_ node: Node, _ body: (_ cipher: (Int32) throws -> ContentCipher) throws -> R) throws -> R {
-        if let keys = gate.enter() {
-            defer { gate.leave() }
-            if keys.vault != nil || node.keyDomain == .afterFirstUnlock {
-                lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
-                return try lockedIfRetired { try body { try contentCipher($0, of: node, keys: keys) } }
+        for attempt in 0..<2 {
+            if let keys = gate.enter() {
+                defer { gate.leave() }
+                if keys.vault != nil || node.keyDomain == .afterFirstUnlock {
+                    lastActivity.store(Self.monotonicSeconds(), ordering: .relaxed)
+                    return try lockedIfRetired { try body { try contentCipher($0, of: node, keys: keys) } }
+                }
             }
+            if attempt == 0 { transition.waitUntilSettled() }
         }
-        transition.waitUntilSettled()
         guard let kept = node.keptKey else { throw Errno(EACCES, "locked") }
         return try lockedIfRetired { try body { _ in kept } }
     }
@@ -633,8 +663,8 @@ public final class PlainFileSystem: Sendable {
         let st = try Sys.stat(fd.rawValue)
         let (node, isNew) = nodes.remember(fd: fd, stat: st)
         if isNew { otherWriters.watch(node) }
-        if let keys { enterDomain(node, in: dir, keys: keys) }
         node.setName(plainName, parent: dir)
+        if let keys { enterDomain(node, in: dir, keys: keys, new: isNew) }
         dir.rememberEntry(plainName)
         return Entry(node: nodes.id(of: node), attributes: plain(st, of: node.fd), validFor: cacheSeconds(in: dir))
     }
@@ -643,17 +673,19 @@ public final class PlainFileSystem: Sendable {
     /// entry's is its directory's; a directory's is its class's, told by the key that opens
     /// its class record (read with its IV as it stands: the IV file's own tags are checked
     /// in that domain when the IV is first used). No record, or one no key present opens:
-    /// the vault domain.
-    func enterDomain(_ node: Node, in dir: Node?, keys: Keys) {
+    /// the vault domain. A class change a crash cut is finished here if no operation can
+    /// be running in the directory: it is `new` to the kernel (or the view is opening).
+    func enterDomain(_ node: Node, in dir: Node?, keys: Keys, new: Bool = true) {
         guard vault.config.hasKeyDomains else { return }
         guard node.isDirectory else {
             if let dir { node.setKeyDomain(dir.keyDomain) }
             return
         }
-        let found = (try? DirectoryIV.read(in: node.fd, bound: bindsDirectories)).flatMap { record in
-            try? ProtectionClass.read(in: node.fd, dirIV: record.iv, box: keys.vault?.set.metadata, afterFirstUnlock: keys.afterFirstUnlockRecords)
-        }
-        node.setKeyDomain(found?.domain ?? .vault)
+        guard let iv = try? DirectoryIV.read(in: node.fd, bound: bindsDirectories).iv else { return node.setKeyDomain(.vault) }
+        let record = try? ProtectionClass.readRecord(in: node.fd, dirIV: iv, box: keys.vault?.set.metadata,
+                                                     afterFirstUnlock: keys.afterFirstUnlockRecords)
+        node.setKeyDomain(record?.target.domain ?? .vault)
+        if case .converting(let from, let to)? = record, new { finishConversion(node, from: from, to: to, keys: keys) }
     }
 
     /// The kernel dropped `count` references to `node`.

@@ -20,8 +20,12 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
     public static let fileName = "coffer.class"
     /// Version byte of the record's plaintext.
     static let recordVersion: UInt8 = 1
+    /// First byte of a converting record (format 8): `0x02 ‖ from ‖ to`.
+    static let convertingVersion: UInt8 = 2
     /// Bytes of a class file: nonce (24) ‖ sealed version and class (2) ‖ tag (16).
     public static let fileSize = SealedBox.overhead + 2
+    /// Bytes of a converting record's file: one more (the class converted from).
+    static let convertingFileSize = SealedBox.overhead + 3
 
     /// As the user writes it: `complete`, `unless-open`.
     public var name: String {
@@ -83,20 +87,72 @@ public enum ProtectionClass: UInt8, CaseIterable, Sendable, Comparable {
         }
     }
 
-    /// Opens a sealed record of the directory with IV `dirIV`.
+    /// Opens a sealed record of the directory with IV `dirIV`: its class, or for a
+    /// converting record the class it converts to.
     public static func open(_ sealed: [UInt8], dirIV: [UInt8], box: SealedBox) throws -> ProtectionClass {
+        try openRecord(sealed, dirIV: dirIV, box: box).target
+    }
+
+    /// What a class file says (format 8 adds the converting record, docs/FORMAT.md §12).
+    public enum Record: Equatable, Sendable {
+        case settled(ProtectionClass)
+        /// The directory's entries are being moved from `from`'s key domain to `to`'s;
+        /// the record is sealed under `to`'s domain's metadata key.
+        case converting(from: ProtectionClass, to: ProtectionClass)
+
+        /// The class the directory has, or will have once converted.
+        public var target: ProtectionClass {
+            switch self {
+            case .settled(let found), .converting(_, let found): return found
+            }
+        }
+    }
+
+    static func openRecord(_ sealed: [UInt8], dirIV: [UInt8], box: SealedBox) throws -> Record {
         let what = "protection class"
-        guard sealed.count == fileSize else { throw VaultError.metadataDamaged(what: what) }
+        guard sealed.count == fileSize || sealed.count == convertingFileSize else { throw VaultError.metadataDamaged(what: what) }
         let plain: [UInt8]
         do {
             plain = try box.openPublic(sealed, associatedData: associatedData(dirIV: dirIV), what: what)
         } catch CryptoError.sealedAuthenticationFailed {
             throw VaultError.metadataDamaged(what: what)
         }
-        guard plain[0] == recordVersion, let found = ProtectionClass(rawValue: plain[1]) else {
-            throw VaultError.metadataDamaged(what: what)
+        if plain.count == 2, plain[0] == recordVersion, let found = ProtectionClass(rawValue: plain[1]) { return .settled(found) }
+        if plain.count == 3, plain[0] == convertingVersion, let from = ProtectionClass(rawValue: plain[1]),
+           let to = ProtectionClass(rawValue: plain[2]), from.domain != to.domain {
+            return .converting(from: from, to: to)
         }
-        return found
+        throw VaultError.metadataDamaged(what: what)
+    }
+
+    /// The record of backing directory `dir` (its class file alone; nil if it has none),
+    /// opened as `read` opens it.
+    public static func readRecord(in dir: Int32, dirIV: [UInt8], box: SealedBox?, afterFirstUnlock: SealedBox?) throws -> Record? {
+        let sealed: [UInt8]
+        do {
+            sealed = try Sys.readFile(fileName, in: dir, limit: 256)
+        } catch let error as Errno where error.code == ENOENT {
+            return nil
+        }
+        let target = try open(sealed, dirIV: dirIV, box: box, afterFirstUnlock: afterFirstUnlock)
+        let opener = target.domain == .afterFirstUnlock ? afterFirstUnlock : box
+        return try opener.map { try openRecord(sealed, dirIV: dirIV, box: $0) } ?? .settled(target)
+    }
+
+    /// The converting record (`0x02 ‖ from ‖ this class`) of the directory with IV `dirIV`,
+    /// sealed deterministically under `box`, as `sealed` seals a class record.
+    public func sealedConverting(from: ProtectionClass, dirIV: [UInt8], box: SealedBox) throws -> [UInt8] {
+        try [Self.convertingVersion, from.rawValue, rawValue].withUnsafeBytes {
+            try box.sealDeterministically($0, associatedData: Self.associatedData(dirIV: dirIV))
+        }
+    }
+
+    /// Marks backing directory `dir` as converting from class `from` to this class (format
+    /// 8): the record, sealed deterministically under `box` (the metadata key of this
+    /// class's domain), replaces the class file atomically.
+    public func writeConverting(from: ProtectionClass, in dir: Int32, dirIV: [UInt8], box: SealedBox) throws {
+        try AtomicFile.write(try sealedConverting(from: from, dirIV: dirIV, box: box), to: Self.fileName, in: dir, mode: 0o400)
+        try AtomicFile.syncDirectory(dir)
     }
 
     /// Whether backing entry `name` is a sync engine's conflict copy of a class file (the

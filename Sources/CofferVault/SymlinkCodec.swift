@@ -49,7 +49,7 @@ public struct SymlinkCodec: Sendable {
         self.longTargets = longTargets
     }
 
-    /// How plaintext `target` is stored; `nonce` only for test vectors.
+    /// How plaintext `target` is stored; `nonce` only for test vectors and `reseal`.
     public func encrypt(_ target: [UInt8], nonce: [UInt8]? = nil) throws -> Stored {
         guard target.count <= (longTargets ? Self.maxTargetLength : Self.maxInlineTargetLength) else {
             throw VaultError.tooLong(.symlinkTarget)
@@ -81,12 +81,31 @@ public struct SymlinkCodec: Sendable {
     /// The plaintext target of backing symlink target `linkTarget`, reading its sidecar
     /// from `root` (the vault root) if it names one.
     public func decrypt(_ linkTarget: String, sidecarsIn root: Int32) throws -> [UInt8] {
-        guard let reference = sidecar(of: linkTarget) else { return try decrypt(linkTarget) }
+        try decrypt(try storedTarget(linkTarget, sidecarsIn: root))
+    }
+
+    /// The stored (sealed, base64url) form of backing symlink target `linkTarget`: the
+    /// target itself, or its sidecar's content.
+    private func storedTarget(_ linkTarget: String, sidecarsIn root: Int32) throws -> String {
+        guard let reference = sidecar(of: linkTarget) else { return linkTarget }
         guard let content = try? Sys.readFile(reference, in: root, limit: Self.maxSidecarLength),
               Self.reference(of: content) == reference else {
             throw VaultError.symlinkSidecarDamaged(reference: reference)
         }
-        return try decrypt(String(decoding: content, as: UTF8.self))
+        return String(decoding: content, as: UTF8.self)
+    }
+
+    /// Backing symlink target `linkTarget`, stored by `other` (the other key domain's
+    /// codec), sealed anew under this codec's key with the nonce it had (format 8's
+    /// conversion, docs/FORMAT.md §12): the same bytes on every machine, and the two keys
+    /// differ, so no key sees a nonce twice.
+    public func reseal(_ linkTarget: String, from other: SymlinkCodec, sidecarsIn root: Int32) throws -> Stored {
+        let stored = try other.storedTarget(linkTarget, sidecarsIn: root)
+        let target = try other.decrypt(stored)
+        guard let sealed = try? Base64URL.decode(stored), sealed.count >= SealedBox.nonceSize else {
+            throw VaultError.metadataDamaged(what: "symlink target")
+        }
+        return try encrypt(target, nonce: Array(sealed.prefix(SealedBox.nonceSize)))
     }
 
     /// The sidecar that backing symlink target `linkTarget` names, if it names one.

@@ -374,6 +374,19 @@ public final class VaultChecker {
             }
             return checkDirectory(dir, path: path, places: places)
         }
+        // A class change between key domains that a crash cut (format 8): its names are in
+        // both domains until a mount finishes it.
+        if let afterFirstUnlock, case .converting(let from, let to)? = try? ProtectionClass.readRecord(
+            in: dir, dirIV: iv, box: vaultKeys.metadata, afterFirstUnlock: afterFirstUnlock.keys.metadata) {
+            summary.classed += 1
+            var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
+                                    what: "protection class changing from \(from.name) to \(to.name), cut by a crash (or arriving from "
+                                        + "another machine): the mount finishes it when the directory is entered; its entries are not "
+                                        + "checked until then",
+                                    isLeftover: false)
+            line.isClass = true
+            return report(line)
+        }
         let entries: [Sys.DirectoryEntry]
         do { entries = try Sys.readDirectory(dir) } catch { return problem(path, "cannot list: \(error)") }
         let orphans = Set(NameTransform.orphanSidecars(entries.map(\.name)))

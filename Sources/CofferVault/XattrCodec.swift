@@ -44,6 +44,17 @@ public struct XattrCodec: Sendable {
         return try value.withUnsafeBytes { try box.seal($0, associatedData: Array(backingName.utf8)) }
     }
 
+    /// The value `sealed`, stored under `backingName` by `other` (the other key domain's
+    /// codec), sealed under this codec's key for `newBackingName` with the nonce it had
+    /// (format 8's conversion, docs/FORMAT.md §12: the same bytes on every machine; the
+    /// two keys differ, so no key sees a nonce twice).
+    public func reseal(_ sealed: [UInt8], from other: XattrCodec, backingName: String, as newBackingName: String) throws -> [UInt8] {
+        let value = try other.openValue(sealed, backingName: backingName)
+        return try value.withUnsafeBytes {
+            try box.seal($0, associatedData: Array(newBackingName.utf8), nonce: Array(sealed.prefix(SealedBox.nonceSize)))
+        }
+    }
+
     /// Opens the value stored under `backingName`; a value moved to another name fails.
     public func openValue(_ sealed: [UInt8], backingName: String) throws -> [UInt8] {
         do {

@@ -120,6 +120,9 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// unlock --keyring, --with-keyring: no keyring slot of the vault has its key in this
     /// user's keyring (none added, removed, or the keyring item deleted).
     case noKeyringSlot = 59
+    /// protect: a class change between key domains (format 8) was refused before it began:
+    /// a file in the directory has more than one hard link, or was made while locked.
+    case classChangeRefused = 60
 }
 
 /// An error the command reports with one line on stderr and a distinct exit status.

@@ -4,6 +4,7 @@
 import ArgumentParser
 import CofferSystem
 import CofferVault
+import Foundation
 import Glibc
 
 struct ProtectCommand: ParsableCommand {
@@ -46,9 +47,15 @@ struct ProtectCommand: ParsableCommand {
             try checkInMount()
             do {
                 if let protectionClass {
-                    for directory in recursive ? try directories(below: path) : [path] {
+                    let all = recursive ? try directories(below: path) : [path]
+                    // A class change between key domains moves each directory's entries: a
+                    // large tree takes a while, so a terminal sees how far it got.
+                    let progress = all.count > 1 && isatty(STDERR_FILENO) == 1
+                    for (done, directory) in all.enumerated() {
                         try Sys.setXattr(directory, "user.coffer.class", Array(protectionClass.utf8), flags: 0)
+                        if progress { FileHandle.standardError.write(Data("\r\(done + 1) of \(all.count) directories".utf8)) }
                     }
+                    if progress { FileHandle.standardError.write(Data("\n".utf8)) }
                     print("\(path)\(recursive ? " and every directory below" : ""): \(protectionClass)")
                 } else {
                     print("\(path): \(String(decoding: try Sys.getXattr(path, "user.coffer.class"), as: UTF8.self))")
@@ -96,6 +103,13 @@ struct ProtectCommand: ParsableCommand {
             return CommandFailure(status: .unsupported,
                                   message: "\(path): this vault's format has no after-first-unlock class "
                                       + "(format 8 has it: a vault made by `coffer init --format 8`)")
+        case EMLINK:
+            return CommandFailure(status: .classChangeRefused,
+                                  message: "\(path): a file in it has more than one hard link, and its other links would stay in the other key domain; "
+                                      + "nothing was changed")
+        case EXDEV:
+            return CommandFailure(status: .classChangeRefused,
+                                  message: "\(path): a file in it was made while locked and keeps its key in its key record; nothing was changed")
         case ENOTDIR:
             return CommandFailure(status: .notADirectory, message: "\(path) is not a directory: a protection class is a directory's")
         case EPERM:

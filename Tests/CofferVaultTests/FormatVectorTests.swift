@@ -92,6 +92,8 @@ final class FormatVectorTests: XCTestCase {
         out.append(("file_key_wrap_afu", hex(afuWrap)))
         let afuTag = try afu.places.tag(fileID: fileID.bytes, dirIV: bytes(from: 0xf0, count: 16), name: Array("hello.txt".utf8))
         out.append(("content_file_header_v4_afu", hex(FileHeader(version: 4, fileID: fileID, placeTag: afuTag, keyWrap: afuWrap).bytes)))
+        out.append(("class_record_converting_afu", hex(try ProtectionClass.afterFirstUnlock.sealedConverting(
+            from: .complete, dirIV: bytes(from: 0xf0, count: 16), box: afu.metadata))))
         // Format 5: the IV file of directory "docs" (IV f0 … ff) in a directory with IV
         // e0 … ef, never renamed (previous tag zero), and the tag of that IV at the root.
         let docsIV = bytes(from: 0xf0, count: 16)

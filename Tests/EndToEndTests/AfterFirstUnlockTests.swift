@@ -58,22 +58,128 @@ final class AfterFirstUnlockTests: EndToEndCase {
     }
 
     /// A file renamed between key domains is re-wrapped, not re-encrypted (its blocks
-    /// stay as they were), and locks with its new directory; a hard link across domains,
-    /// and a directory's rename across them, are refused (EXDEV: mv copies the directory).
+    /// stay as they were), and locks with its new directory; a directory keeps its own
+    /// class wherever it moves (mail/sub in docs/ still works through a lock), and one of
+    /// the class moved within a complete directory still opens after a remount; a hard
+    /// link and a symlink's rename across domains are refused (EXDEV: mv copies the link).
     func testAFileMovesBetweenKeyDomainsByItsKeyAlone() {
         let vault = vaultWithMail()
         let blocks = "tail -c +107 \"$(find \"$C\" -inum $(stat -c %i \"$1\"))\" | md5sum"
         let before = vault.sh("f() { \(blocks); }; f docs/d")
-        assertOK(vault.sh("mv docs/d mail/d && mv mail/1 docs/1"), "renames")
+        assertOK(vault.sh("mv docs/d mail/d && mv mail/1 docs/1 && mv mail/sub docs/sub"), "renames")
         XCTAssertEqual(vault.sh("f() { \(blocks); }; f mail/d").stdout, before.stdout, "the blocks were sealed again")
         XCTAssertTrue(vault.sh("ln mail/d docs/link").stderr.contains("Invalid cross-device link"))
-        let rename = vault.sh("python3 -c 'import os; os.rename(\"mail/sub\", \"docs/sub\")'")
+        let rename = vault.sh("ln -s d mail/l && python3 -c 'import os; os.rename(\"mail/l\", \"docs/l\")'")
         XCTAssertTrue(rename.stderr.contains("Invalid cross-device link"), rename.stderr)
         assertOK(vault.sh("'\(Harness.coffer)' lock \"$M\" > /dev/null"), "lock")
-        XCTAssertEqual(vault.sh("cat mail/d").stdout, "a document\n", "moved into mail/, it stays readable")
+        XCTAssertEqual(vault.sh("cat mail/d docs/sub/x").stdout, "a document\ndeep\n", "moved into mail/, or with its class, it stays readable")
         XCTAssertTrue(vault.sh("cat docs/1").stderr.contains("Permission denied"), "moved out of mail/, it locks")
         assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
         XCTAssertEqual(vault.sh("cat docs/1 mail/d").stdout, "first message\na document\n")
+        assertOK(vault.sh("mv mail post && mv docs/sub post/sub"), "the class's directory renamed in the complete root")
+        vault.unmount()
+        vault.mount()
+        let moved = vault.sh("cat post/d post/sub/x && '\(Harness.coffer)' protect post/sub")
+        XCTAssertEqual(moved.stdout, "a document\ndeep\npost/sub: after-first-unlock\n", moved.stderr + vault.log)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+    }
+
+    /// A tree made in a complete directory — big and small files, a long name, symlinks
+    /// (one with a long target), xattrs, a FIFO, a subdirectory — takes the class with
+    /// `coffer protect`: every entry reads as before, with its mode and times, and a big
+    /// file's blocks are the bytes they were (re-wrapped, not re-encrypted); through a
+    /// lock the directory works, its complete subdirectory does not. Back to `complete`,
+    /// a lock refuses it again. fsck is clean throughout.
+    func testAClassChangeMovesADirectorysEntriesIntoTheOtherDomain() {
+        let vault = vaultWithMail()
+        let C = Harness.coffer
+        assertOK(vault.sh("""
+            mkdir -p docs/t/sub && cd docs/t && head -c 300000 /dev/urandom > big && echo small > small && echo s > sub/s
+            echo long > "$(printf 'n%.0s' $(seq 200))" && ln -s small link && ln -s "$(printf 'x%.0s' $(seq 4000))" far
+            setfattr -n user.note -v hello small && setfattr -n user.here -v dir . && mkfifo fifo && chmod 640 small
+            touch -h -d 2020-01-02 link && touch -d 2021-02-03 big
+            """), "tree")
+        // The subdirectory (complete, refused while locked) is left out, and the
+        // directory's own times (the kernel may have cached them).
+        let snapshot = """
+            cd docs/t && find . -mindepth 1 -path ./sub -prune -o -printf '%P %y %m %s %T@ %l\\n' | sort | md5sum
+            find . -path ./sub -prune -o -type f -print0 | sort -z | xargs -0 cat | md5sum; getfattr -d small . 2>/dev/null | md5sum
+            """
+        let blocks = "tail -c +107 \"$(find \"$C\" -inum $(stat -c %i docs/t/big))\" | md5sum"
+        let before = vault.sh(snapshot), beforeBlocks = vault.sh(blocks)
+        let changed = vault.sh("'\(C)' protect --class after-first-unlock docs/t && '\(C)' protect docs/t && '\(C)' protect docs/t/sub")
+        XCTAssertEqual(changed.stdout, "docs/t: after-first-unlock\ndocs/t: after-first-unlock\ndocs/t/sub: complete\n", changed.stderr)
+        XCTAssertEqual(vault.sh(snapshot).stdout, before.stdout, "the tree after the class change")
+        XCTAssertEqual(vault.sh(blocks).stdout, beforeBlocks.stdout, "the blocks were sealed again")
+        XCTAssertTrue(vault.log.contains("set to after-first-unlock: 7 entries moved"), vault.log)
+        assertOK(vault.sh("'\(C)' lock \"$M\" > /dev/null"), "lock")
+        XCTAssertEqual(vault.sh(snapshot).stdout, before.stdout, "the tree through a lock")
+        XCTAssertTrue(vault.sh("cat docs/t/sub/s").stderr.contains("Permission denied"), "its complete subdirectory through a lock")
+        assertOK(vault.sh("'\(C)' unlock --passfile '\(vault.passfile)' \"$M\" && '\(C)' protect --class complete docs/t > /dev/null"),
+                 "back to complete")
+        XCTAssertEqual(vault.sh(snapshot).stdout, before.stdout, "the tree back in the vault domain")
+        assertOK(vault.sh("'\(C)' lock \"$M\" > /dev/null"), "lock")
+        XCTAssertTrue(vault.sh("cat docs/t/small").stderr.contains("Permission denied"), "complete again")
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+    }
+
+    /// A class change that would leave something behind is refused before it begins, with
+    /// status 60: a file with a second hard link. The vault without the class says so
+    /// (status 14).
+    func testAClassChangeThatWouldLeaveAFileBehindIsRefused() {
+        let vault = vaultWithMail()
+        let r = vault.sh("echo a > docs/a && ln docs/a docs/b && '\(Harness.coffer)' protect --class after-first-unlock docs || echo \"status $?\"")
+        XCTAssertEqual(r.stdout, "status 60\n", r.stderr)
+        XCTAssertTrue(r.stderr.contains("docs: a file in it has more than one hard link"), r.stderr)
+        XCTAssertEqual(vault.sh("'\(Harness.coffer)' protect docs; cat docs/b").stdout, "docs: complete\na\n")
+        vault.unmount()
+        let old = MountedVault(scratch: scratch, name: "seven", initOptions: ["--format", "7"])
+        old.mount()
+        let seven = old.sh("mkdir m && '\(Harness.coffer)' protect --class after-first-unlock m || echo \"status $?\"")
+        XCTAssertEqual(seven.stdout, "status 14\n", seven.stderr)
+        XCTAssertTrue(seven.stderr.contains("m: this vault's format has no after-first-unlock class"), seven.stderr)
+        old.unmount()
+    }
+
+    /// The daemon is killed in the middle of a class change of a directory of 2,000
+    /// files: fsck says the change was cut (no damage); the next mount finishes it when
+    /// the directory is entered, every file reads as it was, and fsck is clean.
+    func testAClassChangeCutByACrashIsFinishedByTheNextMount() {
+        let vault = vaultWithMail()
+        assertOK(vault.sh("mkdir docs/many && cd docs/many && for i in $(seq 2000); do echo \"file $i\" > f$i; done"), "files")
+        let before = vault.sh("cat docs/many/* | md5sum").stdout
+        let backing = vault.backingPath(of: "docs/many")
+        guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
+        // Stopped once some entries have moved (their backing names are gone) and most
+        // have not, then killed.
+        let cut = vault.sh("""
+            python3 - '\(backing)' \(pid) '\(Harness.coffer)' <<'PY'
+            import os, signal, subprocess, sys, time
+            backing, pid, coffer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+            before = set(os.listdir(backing))
+            subprocess.Popen([coffer, "protect", "--class", "after-first-unlock", "docs/many"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            while len(before - set(os.listdir(backing))) < 20: time.sleep(0.002)
+            os.kill(pid, signal.SIGSTOP)
+            left = len(before & set(os.listdir(backing)))
+            print("stopped in the middle" if left > 500 else "stopped late: %d left" % left)
+            PY
+            """)
+        vault.killDaemon(pid: pid)
+        XCTAssertEqual(cut.stdout, "stopped in the middle\n", cut.stderr)
+        let cutFsck = vault.fsck()
+        XCTAssertEqual(cutFsck.status, 0, cutFsck.stdout + cutFsck.stderr)
+        XCTAssertTrue(cutFsck.stdout.contains("class: /docs/many: protection class changing from complete to after-first-unlock, cut by a crash"),
+                      cutFsck.stdout)
+        vault.mount()
+        let after = vault.sh("cat docs/many/* | md5sum; ls docs/many | wc -l; '\(Harness.coffer)' protect docs/many")
+        XCTAssertEqual(after.stdout, before + "2000\ndocs/many: after-first-unlock\n", after.stderr + vault.log)
+        XCTAssertTrue(vault.log.contains("/docs/many (backing inode"), vault.log)
+        XCTAssertTrue(vault.log.contains("finishing its class change to after-first-unlock"), vault.log)
         vault.unmount()
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)

@@ -63,8 +63,9 @@ final class MountedVault {
     }
 
     /// Kills the daemon with SIGKILL, as a crash would, and clears the dead mount.
-    func killDaemon() {
-        guard let pid = daemonPID else { return XCTFail("no daemon pid") }
+    /// `pid`: the daemon's, if known (a stopped daemon answers no `status`).
+    func killDaemon(pid known: Int32? = nil) {
+        guard let pid = known ?? daemonPID else { return XCTFail("no daemon pid") }
         kill(pid, SIGKILL)
         // Gone once /proc has no live process by that number (a zombie has closed all);
         // up to 30 s.

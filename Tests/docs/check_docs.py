@@ -9,8 +9,10 @@
 - The format version that `coffer init` makes, as the code has it
   (`VaultConfig.currentFormat` in Sources/CofferVault/VaultConfig.swift), is the one
   README.md and the guides name ("`coffer init` makes format N vaults"; at least one of
-  them must say it), docs/FORMAT.md's title gives, and the newest row of CHANGELOG.md's
-  table of format versions, which lists every version from 1 up.
+  them must say it) and docs/FORMAT.md §3 gives for new vaults. The newest format coffer
+  reads and makes on request (the upper end of `VaultConfig.supportedFormats`) is the
+  one docs/FORMAT.md's title gives and the newest row of CHANGELOG.md's table of format
+  versions, which lists every version from 1 up.
 - Every relative file path a document cites — in backticks, in a markdown link, in a
   code block or in prose, under docs/, Sources/, scripts/, Tests/ or systemd/ — exists
   in the repository; a markdown link's `#anchor` names a heading of its target; no
@@ -214,13 +216,16 @@ if constant:
     check(new_vaults is not None and int(new_vaults.group(1)) == current,
           ("docs/FORMAT.md", line_of(FORMAT, new_vaults.start()) if new_vaults else 1),
           f"docs/FORMAT.md §3 gives `{new_vaults.group(1) if new_vaults else '?'}` for new vaults; init makes format {current}")
+    supported = re.search(r"static let supportedFormats\s*=\s*\d+\s*\.\.\.\s*(\d+)", config)
+    check(supported is not None, ("Sources/CofferVault/VaultConfig.swift", 1), "no `static let supportedFormats = 1...N` found")
+    newest = int(supported.group(1)) if supported else current
     title = re.match(r"# coffer on-disk format, version (\d+)", FORMAT)
-    check(title is not None and int(title.group(1)) == current, ("docs/FORMAT.md", 1),
-          f"docs/FORMAT.md's title gives version {title.group(1) if title else '?'}; init makes format {current}")
+    check(title is not None and int(title.group(1)) == newest, ("docs/FORMAT.md", 1),
+          f"docs/FORMAT.md's title gives version {title.group(1) if title else '?'}; the newest format coffer makes is {newest}")
     changelog = read("CHANGELOG.md")
     rows = sorted({int(n) for n in re.findall(r"^\| (\d+) \| \d{4}-\d\d-\d\d", changelog, re.M)})
-    check(rows == list(range(1, current + 1)), ("CHANGELOG.md", 1),
-          f"CHANGELOG.md's table of format versions lists {rows}; expected 1…{current}")
+    check(rows == list(range(1, newest + 1)), ("CHANGELOG.md", 1),
+          f"CHANGELOG.md's table of format versions lists {rows}; expected 1…{newest}")
 
 # --- file paths a document cites -------------------------------------------------------
 

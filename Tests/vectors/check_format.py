@@ -419,10 +419,11 @@ def xchacha_file_key(k_content: bytes, file_id: bytes) -> bytes:
                            person=b"coffer-xch-file1").digest()
 
 
-def class_record(k_metadata: bytes, dir_iv: bytes, protection_class: int) -> bytes:
+def class_record(k_metadata: bytes, dir_iv: bytes, protection_class: int, converting_from: int = None) -> bytes:
     """§12 format 6: coffer.class = nonce(24) ‖ AEAD_seal(K_metadata, nonce, 01 ‖ class, AD = "coffer.class" ‖ 00 ‖ IV),
-    nonce = BLAKE2b-24(key = K_metadata, AD ‖ plaintext)."""
-    ad, plain = b"coffer.class\x00" + dir_iv, bytes([1, protection_class])
+    nonce = BLAKE2b-24(key = K_metadata, AD ‖ plaintext); format 8's converting record seals 02 ‖ from ‖ to."""
+    ad = b"coffer.class\x00" + dir_iv
+    plain = bytes([1, protection_class]) if converting_from is None else bytes([2, converting_from, protection_class])
     nonce = hashlib.blake2b(ad + plain, digest_size=24, key=k_metadata).digest()
     return nonce + aead_seal(k_metadata, nonce, plain, ad)
 
@@ -616,6 +617,8 @@ def main() -> int:
     afu_tag = place_tag(afu[SUBKEY_PLACE], FILE_ID, DIR_IV, b"hello.txt")
     check("content_file_header_v4_afu", (u16(4) + FILE_ID + afu_tag + afu_wrap).hex())
     check("roundtrip:file_key_wrap_is_72_bytes", str(len(afu_wrap)), "72")
+    # §12 format 8: the converting record of directory IV f0 … ff, complete to after-first-unlock
+    check("class_record_converting_afu", class_record(afu[SUBKEY_METADATA], DIR_IV, 2, converting_from=0).hex())
     # §5 format 5: a directory's IV file bound to its place
     dir_tag = directory_tag(keys[SUBKEY_PLACE], DIR_IV, seq(0xE0, 0xEF), b"docs")
     check("dir_tag", dir_tag.hex())
