@@ -119,13 +119,77 @@ final class SyncthingTests: EndToEndCase {
         echo "all steps passed"
         """#
 
+    /// Format 8: both machines give the same directory the after-first-unlock class while
+    /// apart (each moves its entries into the other key domain); together again, Syncthing
+    /// finds the same bytes on both sides — no conflict copy — and each side serves every
+    /// file, through a lock too. Then A changes it back while B is apart and B, receiving
+    /// the half-way states, serves the files once synced.
+    static let classSteps = #"""
+        set -euo pipefail
+        fail() { echo "FAIL: $*"; exit 1; }
+        soon() { local i; for i in $(seq 400); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
+        synced() { "$ST_PAIR" wait-synced 60 >/dev/null; }
+        apart() { "$ST_PAIR" pause A; "$ST_PAIR" pause B; }
+        together() { "$ST_PAIR" resume A; "$ST_PAIR" resume B; synced; }
+        trap 'fusermount3 -u -z "$MA" 2>/dev/null; fusermount3 -u -z "$MB" 2>/dev/null; true' EXIT
+
+        "$COFFER" mount --passfile "$PF" --state-dir "$W/state-a" --log-file "$W/a.log" "$A" "$MA"
+        mkdir -p "$MA/mail/cur"; for i in $(seq 40); do echo "message $i" > "$MA/mail/cur/m$i"; done
+        ln -s cur "$MA/mail/link"; echo note > "$MA/mail/note"; setfattr -n user.seen -v yes "$MA/mail/note"
+        synced
+        "$COFFER" mount --passfile "$PF" --state-dir "$W/state-b" --log-file "$W/b.log" "$B" "$MB"
+        want=$(cd "$MA/mail" && find . | sort | md5sum)
+        soon '[ "$(cd "$MB/mail" && find . | sort | md5sum)" = "$want" ]' || fail "B/mail before: $(ls "$MB/mail")"
+        touch "$W/before"; sleep 1.1
+
+        echo "1. both sides change the class while apart: the same bytes, no conflict copy"
+        apart
+        "$COFFER" protect -R --class after-first-unlock "$MA/mail" > /dev/null
+        "$COFFER" protect -R --class after-first-unlock "$MB/mail" > /dev/null
+        together
+        [ -z "$(find "$A" "$B" -name '*sync-conflict*' -newer "$W/before")" ] || fail "conflict copies: $(find "$A" "$B" -name '*sync-conflict*')"
+        diff <(cd "$A" && find . -path ./.stfolder -prune -o -type f -print0 | sort -z | xargs -0 md5sum) \
+             <(cd "$B" && find . -path ./.stfolder -prune -o -type f -print0 | sort -z | xargs -0 md5sum) > /dev/null || fail "the sides differ"
+        for m in "$MA" "$MB"; do
+          [ "$(cd "$m/mail" && find . | sort | md5sum)" = "$want" ] || fail "$m/mail: $(ls "$m/mail")"
+          [ "$(cat "$m/mail/cur/m17")" = 'message 17' ] || fail "$m/mail/cur/m17"
+          # (Syncthing carries no xattrs unless asked: B never had it.)
+          [ "$m" = "$MB" ] || [ "$(getfattr --only-values -n user.seen "$m/mail/note")" = yes ] || fail "$m/mail/note's xattr"
+          "$COFFER" lock "$m" > /dev/null
+          [ "$(cat "$m/mail/cur/m40")" = 'message 40' ] || fail "$m/mail/cur/m40 through a lock"
+          "$COFFER" unlock --passfile "$PF" "$m" > /dev/null
+        done
+
+        echo "2. A changes it back while B is apart; B serves it once synced"
+        "$ST_PAIR" pause B
+        "$COFFER" protect -R --class complete "$MA/mail" > /dev/null
+        "$ST_PAIR" resume B; synced
+        soon '[ "$("$COFFER" protect "$MB/mail")" = "$MB/mail: complete" ]' || fail "B/mail: $("$COFFER" protect "$MB/mail")"
+        soon '[ "$(cd "$MB/mail" && find . | sort | md5sum)" = "$want" ]' || fail "B/mail after: $(ls "$MB/mail")"
+        [ "$(cat "$MB/mail/cur/m5")" = 'message 5' ] || fail "B/mail/cur/m5"
+        [ -z "$(find "$A" "$B" -name '*sync-conflict*' -newer "$W/before")" ] || fail "conflict copies after"
+
+        grep -h "damage:\|unexpected" "$W/a.log" "$W/b.log" && fail "the daemons logged damage" || true
+        echo "all steps passed"
+        """#
+
+    func testTwoMachinesChangingAClassAtOnceConverge() throws {
+        try runPair(Self.classSteps, initOptions: ["--format", "8"])
+    }
+
     func testOneVaultOnTwoMachinesSyncedBySyncthing() throws {
+        try runPair(Self.steps)
+    }
+
+    /// Runs `steps` as the pair's command on a new vault (made with `initOptions`).
+    private func runPair(_ script: String, initOptions: [String] = []) throws {
         let w = scratch.path
         let (a, b) = (scratch.mkdir("A"), scratch.mkdir("B"))
         let (ma, mb) = (scratch.mkdir("MA"), scratch.mkdir("MB"))
         let passfile = scratch.file("pass", "one passphrase\n")
-        assertOK(Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, a]), "init")
-        let steps = scratch.file("steps.sh", Self.steps)
+        assertOK(Harness.run([Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile] + initOptions + [a]),
+                 "init")
+        let steps = scratch.file("steps.sh", script)
         let r = Harness.run(["/usr/bin/env", "W=\(w)", "A=\(a)", "B=\(b)", "MA=\(ma)", "MB=\(mb)", "PF=\(passfile)",
                              "COFFER=\(Harness.coffer)",
                              Self.repository + "/scripts/syncthing-pair", "run", w + "/syncthing", a, b, "--", "bash", steps],
