@@ -36,6 +36,9 @@ final class LockedView: Sendable {
         /// has its key with its node alone, so that the key goes at its last close).
         let cipher: ContentCipher?
         let isDirectory: Bool
+        /// A symlink's target, made while locked (format 8): readlink answers it until the
+        /// unlock converts the symlink.
+        var target: [UInt8]? = nil
         /// Made, or renamed, while locked: its backing name is sealed (listed while
         /// locked, converted at the unlock).
         var isSealed: Bool { DropName.isDrop(backing) }

@@ -113,6 +113,8 @@ extension PlainFileSystem {
                 do {
                     let converted = try convert(drop.backing, in: dir, keys: keys, madeHere: drop.node, shownIn: path)
                     drop.node.setName(converted.name, parent: dir)
+                    // A symlink's size was its sealed target's while locked.
+                    if drop.node.isSymlink { attributesChanged(nodes.id(of: drop.node)) }
                     if drop.isDirectory {
                         paths[.init(drop.node)] = path + "/" + String(decoding: converted.name, as: UTF8.self)
                         pending.append(drop.node)
@@ -150,6 +152,10 @@ extension PlainFileSystem {
         // directory stay as they were (rsync -a set them, make and backups read them).
         let dirStat = try Sys.stat(dir.fd)
         defer { try? Sys.setTimes(dir.fd, [dirStat.st_atim, dirStat.st_mtim]) }
+        if st.st_mode & S_IFMT == S_IFLNK && vault.config.hasKeyDomains {
+            return try convertSymlink(backing, stat: st, shownAs: name, binding: binding, in: dir, found: madeHere == nil, keys: keys,
+                                      dropKeys: dropKeys, shownIn: path)
+        }
         var shown = name
         var new = try backingName(shown, in: dir, keys: keys)
         if exists(new.name, in: dir) {
@@ -180,6 +186,55 @@ extension PlainFileSystem {
         try AtomicFile.syncDirectory(dir.fd)
         let parent = path ?? (dir.plaintextPath == "/" ? "" : dir.plaintextPath)
         logger.notice("made while locked: \(parent)/\(String(decoding: shown, as: UTF8.self)) (backing inode \(st.st_ino)) is an ordinary entry now")
+        return (shown, new.name)
+    }
+
+    /// The conversion of symlink drop `backing` (format 8): §7's symlink of its target made
+    /// under a temporary name with its owner and times, renamed to the encrypted name of
+    /// its own name (or of "NAME (dropped …)" if another entry has that), then the drop
+    /// removed. A crash between the rename and the removal leaves both; the next
+    /// conversion finds the symlink in place and only removes the drop.
+    private func convertSymlink(_ backing: String, stat st: stat, shownAs name: [UInt8], binding: [UInt8]?, in dir: Node, found: Bool,
+                                keys: Keys, dropKeys: DropKeys, shownIn path: String?) throws -> (name: [UInt8], backing: String) {
+        guard let sealed = SymlinkDrop.sealed(try Sys.readlink(backing, in: dir.fd)) else {
+            throw VaultError.dropRefused(reason: "its target is no sealed target")
+        }
+        let opened = try dropKeys.open(sealed, what: "target made while locked")
+        defer { opened.wipe() }
+        let target = try opened.lend { Array(UnsafeBufferPointer(start: $0, count: opened.count)) }
+        let iv = try directoryIV(dir, keys: keys)
+        let id = SymlinkDrop.id(sealed: sealed)
+        if found && bindsDrops && binding != DropName.binding(dirIV: iv, id: id) {
+            throw VaultError.dropRefused(reason: "it was made in another directory, or its target replaced")
+        }
+        let codec = try keys.in(dir).codecs.symlinks
+        var shown = name
+        var new = try backingName(shown, in: dir, keys: keys)
+        if let there = try? Sys.readlink(new.name, in: dir.fd) {
+            if (try? codec.decrypt(there, sidecarsIn: nodes.root.fd)) == target {
+                try Sys.unlink(backing, in: dir.fd)  // converted before a crash
+                return (shown, new.name)
+            }
+            shown = DropName.alternative(name, mark: FoundDrop.mark(backingName: backing))
+            new = try backingName(shown, in: dir, keys: keys)
+        } else if exists(new.name, in: dir) {
+            shown = DropName.alternative(name, mark: FoundDrop.mark(backingName: backing))
+            new = try backingName(shown, in: dir, keys: keys)
+        }
+        let stored = try codec.encrypt(target, nonce: SymlinkDrop.conversionNonce(sealed: sealed))
+        try SymlinkCodec.writeSidecar(stored, in: nodes.root.fd)
+        let temporary = SymlinkDrop.temporaryName(id: id)
+        try? Sys.unlink(temporary, in: dir.fd)  // a crash's
+        try Sys.symlink(target: stored.linkTarget, name: temporary, in: dir.fd)
+        let made = try FileDescriptor.open(temporary, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
+        if st.st_uid != geteuid() || st.st_gid != getegid() { try Sys.chown(temporary, in: dir.fd, uid: st.st_uid, gid: st.st_gid) }
+        try Sys.setTimes(made.rawValue, [st.st_atim, st.st_mtim])
+        _ = try NameTransform.writeSidecar(new, in: dir.fd)
+        try Sys.rename(temporary, in: dir.fd, to: new.name, in: dir.fd, flags: RENAME_NOREPLACE)
+        try Sys.unlink(backing, in: dir.fd)
+        try AtomicFile.syncDirectory(dir.fd)
+        let parent = path ?? (dir.plaintextPath == "/" ? "" : dir.plaintextPath)
+        logger.notice("made while locked: \(parent)/\(String(decoding: shown, as: UTF8.self)) (a symlink) is an ordinary entry now")
         return (shown, new.name)
     }
 
@@ -322,6 +377,10 @@ extension PlainFileSystem {
             return iv
         }
         if let id = drop.cipher?.onlyFile { return id.bytes }
+        if drop.node.isSymlink {
+            guard let sealed = SymlinkDrop.sealed(try Sys.readlink("", in: drop.node.fd)) else { throw Errno(EIO, "a symlink made while locked") }
+            return SymlinkDrop.id(sealed: sealed)
+        }
         let fd = try FileDescriptor.open(drop.node.procPath, flags: O_RDONLY)
         var header = [UInt8](repeating: 0, count: 2 + FileID.size)
         guard try header.withUnsafeMutableBytes({ try Sys.readFully(fd.rawValue, into: $0, at: 0) }) == header.count else {
@@ -468,6 +527,35 @@ extension PlainFileSystem {
         return entry
     }
 
+    /// symlink while locked (format 8): a drop whose target is sealed to the drop key as
+    /// its name is, bound to its directory and its sealed target (docs/FORMAT.md §12,
+    /// "Symlinks made while locked"). Before format 8, EACCES.
+    func lockedSymlink(_ view: LockedView, target: [UInt8], parent: UInt64, name: [UInt8], caller: Caller) throws -> Entry {
+        guard vault.config.hasKeyDomains else { throw Errno(EACCES, "locked: symlinks are made while locked from format 8") }
+        let dir = try reachable(parent, in: view, takingDrops: true)
+        guard try dropToMake(name, in: dir, view: view, exclusive: true) == nil else { throw Errno(EEXIST, "symlink") }
+        guard target.count <= SymlinkDrop.maxTargetLength else {
+            throw Errno(ENAMETOOLONG, "a symlink made while locked has a target of at most \(SymlinkDrop.maxTargetLength) bytes")
+        }
+        let linkTarget = SymlinkDrop.seal(target, to: view.publicKey)
+        let backing = try dropName(name, view, in: dir, id: SymlinkDrop.id(sealed: SymlinkDrop.sealed(linkTarget) ?? []))
+        try Sys.symlink(target: linkTarget, name: backing, in: dir.node.fd)
+        do {
+            try own(backing, in: dir.node, fd: nil, caller: caller, mode: S_IFLNK)
+        } catch {
+            try? Sys.unlink(backing, in: dir.node.fd)
+            throw error
+        }
+        let entry = try enter(backing, in: dir.node, plainName: name)
+        let drop = LockedView.Drop(backing: backing, node: nodes.node(entry.node), cipher: nil, isDirectory: false, target: target)
+        if enterDrop(drop, as: name, in: dir) != nil {
+            try? Sys.unlink(backing, in: dir.node.fd)
+            forget(entry.node, count: 1)
+            throw Errno(EEXIST, "symlink")
+        }
+        return entry
+    }
+
     /// unlink and rmdir while locked: only of drops.
     func lockedRemove(_ view: LockedView, parent: UInt64, name: [UInt8], directory: Bool) throws {
         let dir = try reachable(parent, in: view, takingDrops: true)
@@ -557,7 +645,8 @@ extension PlainFileSystem {
                        ListedEntry(name: [0x2e, 0x2e], ino: 1, type: UInt8(DT_DIR), backingName: "..")]
         let drops = dir.names.withLock { $0.drops }
         for (name, drop) in drops.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) where drop.isSealed {
-            entries.append(ListedEntry(name: name, ino: drop.node.ino, type: UInt8(drop.isDirectory ? DT_DIR : DT_REG),
+            entries.append(ListedEntry(name: name, ino: drop.node.ino,
+                                       type: UInt8(drop.isDirectory ? DT_DIR : drop.node.isSymlink ? DT_LNK : DT_REG),
                                        backingName: drop.backing))
         }
         return entries

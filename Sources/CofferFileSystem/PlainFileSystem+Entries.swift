@@ -128,7 +128,9 @@ extension PlainFileSystem {
     }
 
     public func symlink(target: [UInt8], parent: UInt64, name: [UInt8], caller: Caller) throws -> Entry {
-        try withKeys { keys in
+        try inView(nodes.node(parent), locked: {
+            try lockedSymlink($0, target: target, parent: parent, name: name, caller: caller)
+        }) { keys in
             let dir = nodes.node(parent)
             let stored = try keys.in(dir).codecs.symlinks.encrypt(target)
             let backing = try newName(name, in: dir, keys: keys)
@@ -153,9 +155,13 @@ extension PlainFileSystem {
     }
 
     public func readlink(_ id: UInt64) throws -> [UInt8] {
-        try withKeys { keys in
-            let node = nodes.node(id)
-            return try reportingDamage(node) {
+        let node = nodes.node(id)
+        return try inView(node, locked: { view in
+            // A symlink made while locked: its target is the program's, kept until the unlock.
+            guard let target = view.drop(of: node)?.target else { throw Errno(EACCES, "locked") }
+            return target
+        }) { keys in
+            try reportingDamage(node) {
                 try keys.in(node).codecs.symlinks.decrypt(try Sys.readlink("", in: node.fd), sidecarsIn: nodes.root.fd)
             }
         }

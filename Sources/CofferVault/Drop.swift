@@ -71,6 +71,41 @@ public enum DropName {
     }
 }
 
+/// A symlink made while locked (format 8, docs/FORMAT.md §12, "Symlinks made while
+/// locked"): a backing symlink under a drop's name whose target is the plaintext target
+/// sealed to the drop key, base64url-encoded.
+public enum SymlinkDrop {
+    /// The longest target made while locked: sealed and encoded, it must fit a backing
+    /// symlink (4095 bytes). A longer one is ENAMETOOLONG while locked.
+    public static let maxTargetLength = 3008
+    /// What a conversion names its new symlink before renaming it into place.
+    public static let temporaryPrefix = ".coffer.link."
+
+    /// The backing symlink target of plaintext `target`, sealed to `publicKey`.
+    public static func seal(_ target: [UInt8], to publicKey: [UInt8]) -> String {
+        Base64URL.encode(target.withUnsafeBytes { DropKeys.seal($0, to: publicKey) })
+    }
+
+    /// The sealed bytes of backing target `linkTarget`, or nil if it is not base64url.
+    public static func sealed(_ linkTarget: String) -> [UInt8]? { try? Base64URL.decode(linkTarget) }
+
+    /// The ID the drop's binding takes: the first 16 bytes of BLAKE2b-256 of its sealed
+    /// target.
+    public static func id(sealed: [UInt8]) -> [UInt8] { Array(Hash.blake2b256(sealed).prefix(16)) }
+
+    /// The nonce its conversion seals the target under (§7's codec): the first 24 bytes
+    /// of BLAKE2b-256("coffer.link" ‖ 0x00 ‖ sealed target). Every machine converting the
+    /// drop writes the same symlink; no two drops share it.
+    public static func conversionNonce(sealed: [UInt8]) -> [UInt8] {
+        Array(Hash.blake2b256(Array("coffer.link\0".utf8) + sealed).prefix(24))
+    }
+
+    /// The temporary name of its conversion: the prefix and the hex of the ID's first 8 bytes.
+    public static func temporaryName(id: [UInt8]) -> String {
+        temporaryPrefix + id.prefix(8).map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+    }
+}
+
 public enum DropRecord {
     /// The directory at the vault root that holds the key records.
     public static let directory = "coffer.drops"

@@ -272,6 +272,8 @@ public final class VaultChecker {
         switch st.st_mode & S_IFMT {
         case S_IFREG: refusal = foundFileRefusal(name, in: dir, place: place, binding: binding, drops: drops)
         case S_IFDIR: refusal = foundDirectoryRefusal(name, in: dir, place: place, binding: binding)
+        case S_IFLNK where afterFirstUnlock != nil || vault.config.hasKeyDomains:
+            refusal = foundSymlinkRefusal(name, in: dir, iv: iv, binding: binding, drops: drops)
         default:
             refusal = "neither a file nor a directory"
         }
@@ -280,7 +282,26 @@ public final class VaultChecker {
                                 what: "made while locked; a mount makes it an ordinary entry when it lists the directory", isLeftover: false)
         line.isDropped = true
         report(line)
-        if st.st_mode & S_IFMT == S_IFDIR { skippedDrops = true } else { checkFile(name, in: dir, path: childPath, places: []) }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR: skippedDrops = true
+        case S_IFREG: checkFile(name, in: dir, path: childPath, places: [])
+        default: break
+        }
+    }
+
+    /// Why the symlink under drop name `name` would not be converted (format 8): its
+    /// target does not open under the drop key, or its binding is not this directory's
+    /// and its sealed target's.
+    private func foundSymlinkRefusal(_ name: String, in dir: Int32, iv: [UInt8], binding: [UInt8]?, drops: DropKeys) -> String? {
+        guard let sealed = (try? Sys.readlink(name, in: dir)).flatMap(SymlinkDrop.sealed),
+              let opened = try? drops.open(sealed, what: "target made while locked") else {
+            return "its target is no target sealed to the drop key"
+        }
+        opened.wipe()
+        guard !bindsDrops || binding == DropName.binding(dirIV: iv, id: SymlinkDrop.id(sealed: sealed)) else {
+            return "it was made in another directory, or its target replaced"
+        }
+        return nil
     }
 
     /// Why the file under drop name `name` would not be converted to `place` (FoundDrop).
