@@ -126,12 +126,14 @@ public final class PlainFileSystem: Sendable {
     /// before it on its line, never the other way round):
     ///
     ///     locking:  Gate.turn (a semaphore: one unlock or lock at a time, held while it
-    ///               waits; no Mutex is held then) → Gate.state. Under no lock of this
-    ///               layer, a lock closes the gate and drains the operations in flight,
-    ///               reads what it keeps and opens the locked view; an unlock closes the
-    ///               locked view (draining the operations on it), converts the drops and
-    ///               opens the gate (`transition` marks both for the operations that must
-    ///               see how they end). KeyGate.drained is held only to find the
+    ///               waits; no Mutex is held then) → Gate.state; then `keyTurn` (a
+    ///               semaphore, taken alone by a class change that holds every operation:
+    ///               PlainFileSystem+Conversion). Under it, a lock closes the gate and
+    ///               drains the operations in flight, reads what it keeps and opens the
+    ///               locked view; an unlock closes the locked view (draining the
+    ///               operations on it), converts the drops and opens the gate
+    ///               (`transition` marks both, and a class change, for the operations that
+    ///               must see how they end). KeyGate.drained is held only to find the
     ///               semaphore to wait on or to signal, ViewTransition.waiting only to
     ///               add a waiter or wake them.
     ///     workers:  Node.contentLock (R or W)
