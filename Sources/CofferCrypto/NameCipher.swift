@@ -63,6 +63,8 @@ public final class NameCipher: Sendable {
             throw CryptoError.nameAuthenticationFailed
         }
         var padded = Array(encrypted[Self.sivSize...])
+        // The padded plaintext name: zeroed once the name is copied out of it.
+        defer { padded.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) } }
         let ok = try encrypted.withUnsafeBufferPointer { e -> Bool in
             let siv = e.baseAddress!
             return try padded.withUnsafeMutableBufferPointer { p in

@@ -22,7 +22,7 @@ public final class PlaceMAC: Sendable {
     /// The tag of file `fileID` as the entry `name` of the directory with IV `dirIV`.
     public func tag(fileID: [UInt8], dirIV: [UInt8], name: [UInt8]) throws -> [UInt8] {
         precondition(dirIV.count == NameCipher.ivSize && !name.isEmpty)
-        return try mac(Self.placeDomain + fileID + dirIV + name)
+        return try mac(zeroingAfter: Self.placeDomain + fileID + dirIV + name)
     }
 
     /// The tag of file `fileID` with hard links: valid under any of its names.
@@ -32,12 +32,20 @@ public final class PlaceMAC: Sendable {
     /// directory with IV `parentIV`; for the vault's root both are empty.
     public func directoryTag(iv: [UInt8], parentIV: [UInt8], name: [UInt8]) throws -> [UInt8] {
         precondition(iv.count == NameCipher.ivSize && (parentIV.isEmpty ? name.isEmpty : parentIV.count == NameCipher.ivSize && !name.isEmpty))
-        return try mac(Self.directoryDomain + iv + parentIV + name)
+        return try mac(zeroingAfter: Self.directoryDomain + iv + parentIV + name)
     }
 
     /// Constant-time comparison of two tags.
     public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         a.count == b.count && !a.isEmpty && sodium_memcmp(a, b, a.count) == 0
+    }
+
+    /// The tag of `input`, which holds a plaintext name: zeroed after (this function
+    /// holds it alone), so that no name outlives a lock in freed memory.
+    private func mac(zeroingAfter input: consuming [UInt8]) throws -> [UInt8] {
+        var input = input
+        defer { input.withUnsafeMutableBytes { sodium_memzero($0.baseAddress, $0.count) } }
+        return try mac(input)
     }
 
     private func mac(_ input: [UInt8]) throws -> [UInt8] {

@@ -94,7 +94,7 @@ enum FuseOperations {
     static func lookup(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         replying(req) {
             do {
-                replyEntry(req, try fs(req).lookup(parent: parent, name: bytes(name)))
+                replyEntry(req, try named(name) { try fs(req).lookup(parent: parent, name: $0) })
             } catch let error as Errno where error.code == ENOENT {
                 // A negative entry: the kernel may remember that the name is absent
                 // (a create through this mount replaces it; one by another program is
@@ -148,53 +148,62 @@ enum FuseOperations {
 
     static func readlink(_ req: fuse_req_t?, _ ino: fuse_ino_t) {
         replying(req) {
-            let target = try fs(req).readlink(ino) + [0]
-            target.withUnsafeBufferPointer { p in
-                p.withMemoryRebound(to: CChar.self) { _ = fuse_reply_readlink(req, $0.baseAddress) }
+            // A plaintext target, as a C string made in one buffer; both zeroed after.
+            var target = try fs(req).readlink(ino)
+            var cString = [CChar](repeating: 0, count: target.count + 1)
+            defer {
+                target.zeroInPlace()
+                cString.zeroInPlace()
             }
+            cString.withUnsafeMutableBytes { $0.copyBytes(from: target) }
+            _ = cString.withUnsafeBufferPointer { fuse_reply_readlink(req, $0.baseAddress) }
         }
     }
 
     static func mknod(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t, _ rdev: dev_t) {
         replying(req) {
-            replyEntry(req, try fs(req).mknod(parent: parent, name: bytes(name), mode: mode, device: rdev, caller: caller(req)))
+            replyEntry(req, try named(name) { try fs(req).mknod(parent: parent, name: $0, mode: mode, device: rdev, caller: caller(req)) })
         }
     }
 
     static func mkdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t) {
-        replying(req) { replyEntry(req, try fs(req).mkdir(parent: parent, name: bytes(name), mode: mode, caller: caller(req))) }
+        replying(req) { replyEntry(req, try named(name) { try fs(req).mkdir(parent: parent, name: $0, mode: mode, caller: caller(req)) }) }
     }
 
     static func unlink(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         replying(req) {
-            try fs(req).unlink(parent: parent, name: bytes(name))
+            try named(name) { try fs(req).unlink(parent: parent, name: $0) }
             replyDone(req)
         }
     }
 
     static func rmdir(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         replying(req) {
-            try fs(req).rmdir(parent: parent, name: bytes(name))
+            try named(name) { try fs(req).rmdir(parent: parent, name: $0) }
             replyDone(req)
         }
     }
 
     static func symlink(_ req: fuse_req_t?, _ target: UnsafePointer<CChar>?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?) {
         replying(req) {
-            replyEntry(req, try fs(req).symlink(target: bytes(target), parent: parent, name: bytes(name), caller: caller(req)))
+            replyEntry(req, try named(target) { target in
+                try named(name) { try fs(req).symlink(target: target, parent: parent, name: $0, caller: caller(req)) }
+            })
         }
     }
 
     static func rename(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ newParent: fuse_ino_t,
                        _ newName: UnsafePointer<CChar>?, _ flags: UInt32) {
         replying(req) {
-            try fs(req).rename(parent: parent, name: bytes(name), newParent: newParent, newName: bytes(newName), flags: flags)
+            try named(name) { old in
+                try named(newName) { try fs(req).rename(parent: parent, name: old, newParent: newParent, newName: $0, flags: flags) }
+            }
             replyDone(req)
         }
     }
 
     static func link(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ newParent: fuse_ino_t, _ newName: UnsafePointer<CChar>?) {
-        replying(req) { replyEntry(req, try fs(req).link(ino, newParent: newParent, newName: bytes(newName))) }
+        replying(req) { replyEntry(req, try named(newName) { try fs(req).link(ino, newParent: newParent, newName: $0) }) }
     }
 
     static func access(_ req: fuse_req_t?, _ ino: fuse_ino_t, _ mask: Int32) {
@@ -222,8 +231,9 @@ enum FuseOperations {
     static func create(_ req: fuse_req_t?, _ parent: fuse_ino_t, _ name: UnsafePointer<CChar>?, _ mode: mode_t,
                        _ fi: UnsafeMutablePointer<fuse_file_info>?) {
         replying(req) {
-            let (entry, handle) = try fs(req).create(parent: parent, name: bytes(name), mode: mode,
-                                                     flags: fi!.pointee.flags, caller: caller(req))
+            let (entry, handle) = try named(name) {
+                try fs(req).create(parent: parent, name: $0, mode: mode, flags: fi!.pointee.flags, caller: caller(req))
+            }
             fi!.pointee.fh = handle
             fi!.pointee.noflush = 1
             var param = entryParam(entry)
@@ -372,9 +382,27 @@ private func caller(_ req: fuse_req_t?) -> PlainFileSystem.Caller {
     return .init(uid: ctx.uid, gid: ctx.gid)
 }
 
+/// The bytes of a request's C string, copied once (no intermediate copy is left in freed
+/// memory: a name is plaintext).
 private func bytes(_ name: UnsafePointer<CChar>?) -> [UInt8] {
     guard let name else { return [] }
-    return Array(UnsafeBufferPointer(start: name, count: strlen(name))).map { UInt8(bitPattern: $0) }
+    return [UInt8](UnsafeRawBufferPointer(start: name, count: strlen(name)))
+}
+
+/// Runs `body` with a plaintext name (or symlink target) of the request, then zeroes it
+/// where it lay in the request's buffer, and the bytes `body` was given unless something
+/// kept them (which then holds them alone: Array's copy-on-write leaves what others share
+/// untouched). A name the file system keeps it keeps as a copy of its own, zeroed when it
+/// goes (Node.setName, EntryNames), so a lock leaves no name in freed memory.
+private func named<R>(_ name: UnsafePointer<CChar>?, _ body: ([UInt8]) throws -> R) rethrows -> R {
+    var plain = bytes(name)
+    defer {
+        plain.zeroInPlace()
+        // The request's buffer is the daemon's (libfuse's, or a ring's entry) until the
+        // handler returns; nothing reads the name from it after.
+        if let name { explicit_bzero(UnsafeMutableRawPointer(mutating: name), strlen(name)) }
+    }
+    return try body(plain)
 }
 
 // MARK: Replies
@@ -455,7 +483,10 @@ private func replyListing(_ req: fuse_req_t?, size: Int, offset: off_t, handle: 
     var entered: [UInt64] = []
     for listed in entries {
         next += 1
-        let name = listed.name.map { CChar(bitPattern: $0) } + [0]
+        // The name as a C string, made in one buffer (no intermediate copy) and zeroed after.
+        var name = [CChar](repeating: 0, count: listed.name.count + 1)
+        name.withUnsafeMutableBytes { $0.copyBytes(from: listed.name) }
+        defer { name.zeroInPlace() }
         var st = stat()
         st.st_ino = __ino_t(listed.ino)
         st.st_mode = mode_t(listed.type) << 12

@@ -80,6 +80,9 @@ public final class Node: Sendable {
         self.type = st.st_mode & S_IFMT
     }
 
+    /// A node the kernel forgot takes its plaintext name with it, zeroed.
+    deinit { state.withLock { $0.name.zeroInPlace() } }
+
     var isDirectory: Bool { type == S_IFDIR }
     var isRegular: Bool { type == S_IFREG }
     var isSymlink: Bool { type == S_IFLNK }
@@ -251,15 +254,19 @@ public final class Node: Sendable {
 
     func forgetName() {
         state.withLock { state in
-            for i in state.name.indices { state.name[i] = 0 }
+            state.name.zeroInPlace()
             state.name = []
             state.parent = nil
         }
     }
 
+    /// Keeps a copy of `name` of its own (zeroed when it goes: the caller's may be zeroed
+    /// or shared), and zeroes the name it replaces.
     func setName(_ name: [UInt8], parent: Node?) {
+        let own = name.withUnsafeBufferPointer { [UInt8]($0) }
         state.withLock { state in
-            state.name = name
+            state.name.zeroInPlace()
+            state.name = own
             state.parent = parent
             if let parent { state.directory = parent }
         }

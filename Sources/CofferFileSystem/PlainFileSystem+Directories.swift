@@ -10,7 +10,7 @@ import Synchronization
 
 /// One entry of a plaintext directory listing.
 public struct ListedEntry: Sendable {
-    public let name: [UInt8]
+    public internal(set) var name: [UInt8]
     public let ino: UInt64
     /// d_type (DT_REG, DT_DIR, …).
     public let type: UInt8
@@ -43,7 +43,19 @@ final class OpenDirectory: Sendable {
     /// The lock: a listing taken with the keys (the names of the directory, decrypted)
     /// goes; the next READDIR while locked answers EACCES, one after the unlock lists anew.
     func forgetListing() {
-        listing.withLock { if !$0.takenWhileLocked { $0.entries = [] } }
+        listing.withLock { if !$0.takenWhileLocked { Self.wipe(&$0.entries) } }
+    }
+
+    /// The directory is closed: its listing goes, zeroed.
+    func close() {
+        listing.withLock { Self.wipe(&$0.entries) }
+    }
+
+    /// Zeroes the names of `entries` (those no one else holds: copy-on-write leaves what
+    /// a READDIR in flight shares) and empties it.
+    private static func wipe(_ entries: inout [ListedEntry]) {
+        for i in entries.indices { entries[i].name.zeroInPlace() }
+        entries = []
     }
 
     /// Retains this directory and returns its handle for the kernel; each call needs its own
@@ -134,6 +146,7 @@ extension PlainFileSystem {
     }
 
     public func releasedir(_ handle: UInt64) {
+        OpenDirectory.borrow(handle).close()
         openDirectories.remove(OpenDirectory.borrow(handle))
         OpenDirectory.release(handle)
     }

@@ -206,8 +206,9 @@ final class AfterFirstUnlockTests: EndToEndCase {
 
     /// The daemon's memory after a lock that keeps the class (read as root, knowing every
     /// key from the recovery key): the after-first-unlock domain's seven subkeys are
-    /// there; the master key, subkey 9 (their root) and every vault-domain subkey are not.
-    /// After lock --all, none is.
+    /// there; the master key, subkey 9 (their root), every vault-domain subkey and the
+    /// names of a complete directory listed before the lock are not. After lock --all,
+    /// no key is.
     func testALockKeepsTheClassKeysAndNoOther() throws {
         if let sanitizer = Harness.sanitizer { throw XCTSkip("a memory scan reads no \(sanitizer) sanitizer's address space") }
         let recovery = scratch.path + "/recovery"
@@ -232,6 +233,13 @@ final class AfterFirstUnlockTests: EndToEndCase {
             subprocess.run([coffer, "protect", "--class", "after-first-unlock", os.path.join(m, "mail")], check=True, stdout=subprocess.DEVNULL)
             with open(os.path.join(m, "mail", "1"), "w") as g: g.write("message")
             with open(os.path.join(m, "doc"), "w") as g: g.write("document")
+            # Names of a complete directory, listed and opened before the lock.
+            marker = "DOCNAME%d" % os.getpid()
+            os.makedirs(os.path.join(m, "docs"))
+            for i in range(20):
+                with open(os.path.join(m, "docs", "%s-%d" % (marker, i)), "w") as g: g.write("x")
+            assert len(os.listdir(os.path.join(m, "docs"))) == 20
+            keys["complete directory's name"] = marker.encode()
             pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
             subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
             assert open(os.path.join(m, "mail", "1")).read() == "message"
@@ -253,6 +261,7 @@ final class AfterFirstUnlockTests: EndToEndCase {
             XCTAssertEqual(locked[name], 0, "\(name) after a lock: \(r.stdout)")
             XCTAssertEqual(all[name], 0, "\(name) after lock --all: \(r.stdout)")
         }
+        XCTAssertEqual(locked["complete directory's name"], 0, "a complete directory's names after a lock: \(r.stdout)")
         for name in (1...7).map({ "afu subkey \($0)" }) {
             XCTAssertGreaterThan(locked[name] ?? 0, 0, "\(name) not kept by the lock: \(r.stdout)")
             XCTAssertEqual(all[name], 0, "\(name) after lock --all: \(r.stdout)")

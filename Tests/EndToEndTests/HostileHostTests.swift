@@ -509,6 +509,35 @@ final class HostileHostTests: EndToEndCase {
         XCTAssertTrue(r.stdout.contains("locked 0\n"), "names of an open directory in the daemon's memory after lock: \(r.stdout) \(r.stderr)")
     }
 
+    /// With the allocator as it is (no perturbing, its caches on): after a workload of
+    /// listings, lookups, reads, renames, symlinks, links, removals and long names, a lock
+    /// leaves no name of the vault's directories anywhere in the daemon's memory, freed
+    /// memory included — the names the file system keeps it zeroes at the lock, the ones
+    /// a request carries once the request is done.
+    func testAfterALockNoNameIsInTheDaemonsMemory() throws {
+        if let sanitizer = Harness.sanitizer { throw XCTSkip("a memory scan reads no \(sanitizer) sanitizer's address space") }
+        let vault = mountedVault()
+        let marker = "NAMEMARKER\(UInt32.random(in: 0...UInt32.max))"
+        let script = Harness.memoryScan + """
+            import json, os, subprocess, sys
+            coffer, m, marker = sys.argv[1:4]
+            def sh(command): subprocess.run(["bash", "-euc", command], cwd=m, check=True, stdout=subprocess.DEVNULL)
+            sh(f"mkdir -p d/{marker}-dir && for i in $(seq 40); do echo $i > d/{marker}-$i; done")
+            sh(f"echo long > d/{marker}-$(printf 'l%.0s' $(seq 200)) && ln -s {marker}-1 d/{marker}-link && ln d/{marker}-2 d/{marker}-hard")
+            sh(f"ls -lR d > /dev/null && cat d/{marker}-3 > /dev/null && readlink d/{marker}-link > /dev/null && mv d/{marker}-4 d/{marker}-dir/")
+            sh(f"rm d/{marker}-5 && find d -type f | xargs cat > /dev/null && tar cf - d > /dev/null && touch d/{marker}-6 && stat d/{marker}-absent || true")
+            pid = json.loads(subprocess.run([coffer, "status", "--json", m], capture_output=True, check=True).stdout)["pid"]
+            print("unlocked", scan(pid, {"marker": marker.encode()})["marker"])
+            subprocess.run([coffer, "lock", m], check=True, stdout=subprocess.DEVNULL)
+            print("locked", scan(pid, {"marker": marker.encode()})["marker"])
+            """
+        let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, marker], timeout: 120)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertTrue(r.stdout.contains("unlocked "), r.stdout + r.stderr)
+        XCTAssertFalse(r.stdout.contains("unlocked 0\n"), "the scan finds the names while unlocked: \(r.stdout)")
+        XCTAssertTrue(r.stdout.contains("locked 0\n"), "names in the daemon's memory after a lock: \(r.stdout) \(r.stderr)")
+    }
+
     // MARK: 9. Secrets in clients, the daemon's log file
 
     func testUnlockIsNotDumpableWhileItReadsThePassphrase() {
