@@ -185,6 +185,35 @@ final class AfterFirstUnlockTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
     }
 
+    /// Two machines (the vault and a copy of it) change the same directory's class on
+    /// their own: each writes the same bytes, file for file and link for link, so a sync
+    /// engine that carries either finds nothing to merge (SyncthingTests has the engine).
+    func testTwoMachinesConvertingTheSameDirectoryWriteTheSameBytes() {
+        let vault = vaultWithMail()
+        assertOK(vault.sh("mkdir -p docs/t/sub && for i in $(seq 30); do echo $i > docs/t/f$i; done && ln -s f1 docs/t/l && echo s > docs/t/sub/s"),
+                 "tree")
+        vault.unmount()
+        let other = scratch.path + "/other.cipher", otherMount = scratch.mkdir("other.plain")
+        assertOK(Harness.sh("cp -a '\(vault.cipherdir)' '\(other)'"), "the other machine's copy")
+        let C = Harness.coffer
+        assertOK(Harness.sh("""
+            '\(C)' mount --passfile '\(vault.passfile)' '\(other)' '\(otherMount)'
+            '\(C)' protect --class after-first-unlock '\(otherMount)/docs/t' > /dev/null
+            '\(C)' unmount '\(otherMount)'
+            """), "the other machine converts")
+        vault.mount()
+        assertOK(vault.sh("'\(C)' protect --class after-first-unlock docs/t > /dev/null"), "this machine converts")
+        let same = Harness.sh("""
+            sums() { cd "$1" && find . -path ./coffer.conf -prune -o -path ./coffer.journal -prune -o -type f -print0 | sort -z | xargs -0 md5sum; \
+                     find . -type l -printf '%p %l\\n' | sort; }
+            diff <(sums '\(vault.cipherdir)') <(sums '\(other)') && echo same bytes
+            """)
+        XCTAssertEqual(same.stdout, "same bytes\n", same.stdout + same.stderr)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+    }
+
     /// fsck reads both key domains: a clean format-8 vault has no problems, its classes
     /// listed; a changed byte of an after-first-unlock file is damage; and that file's
     /// backing copied over a complete directory's file is refused there.
