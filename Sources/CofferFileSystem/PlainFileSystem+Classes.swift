@@ -51,11 +51,13 @@ extension PlainFileSystem {
             guard chosen.formats.contains(vault.config.format) else { throw Errno(EINVAL, "\(chosen.name) needs a vault of format 8") }
             let current = protectionClass(of: node, keys: keys)
             // Between key domains the directory's entries move (PlainFileSystem+Conversion),
-            // with every other operation waiting: done below, outside this operation.
-            if chosen.domain != node.keyDomain {
+            // with every other operation waiting: done below, outside this operation. So do
+            // entries left in the other domain by another machine's class change.
+            let stragglers = chosen.domain == node.keyDomain && hasEntriesInTheOtherDomain(node, keys: keys)
+            if chosen.domain != node.keyDomain || stragglers {
                 try settleSplitDirectory(node, keys: keys)
                 try checkConvertible(node, keys: keys)
-                return (current, chosen)
+                return (stragglers ? (chosen.domain == .vault ? .afterFirstUnlock : .complete) : current, chosen)
             }
             try chosen.write(in: node.fd, dirIV: try directoryIV(node, keys: keys), box: keys.of(chosen.domain).set.metadata)
             logger.info("protection class of \(node.plaintextPath) (backing inode \(node.ino)) set to \(chosen.name)")
@@ -63,10 +65,22 @@ extension PlainFileSystem {
         }
         guard let change else { return }
         try withEveryOperationWaiting { keys in
-            let node = nodes.node(id)
-            guard change.to.domain != node.keyDomain else { return }
-            try convertDirectory(node, from: change.from, to: change.to, keys: keys)
+            try convertDirectory(nodes.node(id), from: change.from, to: change.to, keys: keys)
         }
+    }
+
+    /// Whether directory `dir` holds an entry whose name opens under the other key domain
+    /// and not under its own (format 8): left by another machine that gave it a class of
+    /// the other domain at the same time. One listing, each name decoded.
+    func hasEntriesInTheOtherDomain(_ dir: Node, keys: Keys) -> Bool {
+        guard vault.config.hasKeyDomains, let iv = try? directoryIV(dir, keys: keys), let own = try? keys.in(dir),
+              let other = try? keys.of(own.domain == .vault ? .afterFirstUnlock : .vault) else { return false }
+        for backing in (try? Sys.listDirectory(dir.fd)) ?? [] where !NameTransform.isReserved(backing) {
+            guard ConflictName.parse(backingName: backing) == nil,
+                  (try? own.codecs.names.plaintextName(ofBacking: backing, dirIV: iv, in: dir.fd)) == nil else { continue }
+            if (try? other.codecs.names.plaintextName(ofBacking: backing, dirIV: iv, in: dir.fd)) != nil { return true }
+        }
+        return false
     }
 
     /// The class a new directory in `parent` starts with (its parent's), written into the

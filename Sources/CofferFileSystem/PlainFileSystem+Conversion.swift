@@ -67,7 +67,25 @@ extension PlainFileSystem {
             return false
         }
         guard let st = try? Sys.stat(backing, in: dir.fd) else { return false }
-        let target = try new.codecs.names.backingName(for: name, dirIV: iv)
+        var shown = name
+        var target = try new.codecs.names.backingName(for: name, dirIV: iv)
+        // Its name is taken in the new domain: a twin from another machine's class change.
+        // A copy of it goes; anything else keeps a name of its own, as a drop would.
+        if let twin = try? Sys.stat(target.name, in: dir.fd) {
+            if try isCopy(backing, stat: st, of: target.name, stat: twin, in: dir, from: old, to: new) {
+                if st.st_mode & S_IFMT == S_IFDIR {
+                    try removeTree(backing, in: dir.fd)
+                } else {
+                    try Sys.unlink(backing, in: dir.fd)
+                }
+                NameTransform.removeSidecar(ofEntry: backing, in: dir.fd)
+                return true
+            }
+            let suffix = Array(" (converted \(FoundDrop.mark(backingName: backing)))".utf8)
+            shown = Array(name.prefix(NameTransform.maxNameLength - suffix.count)) + suffix
+            target = try new.codecs.names.backingName(for: shown, dirIV: iv)
+            logger.notice("\(dir.plaintextPath): two machines gave it different classes; of two entries named alike, one is shown renamed")
+        }
         try NameTransform.writeSidecar(target, in: dir.fd)
         switch st.st_mode & S_IFMT {
         case S_IFLNK:
@@ -75,15 +93,92 @@ extension PlainFileSystem {
         case S_IFREG:
             let path = try FileDescriptor.open(backing, in: dir.fd, flags: O_PATH | O_NOFOLLOW)
             try resealXattrs(of: Sys.procPath(path.rawValue), from: old, to: new)
-            _ = try rebind(.entry(backing, in: dir), stat: st, shownAs: name, in: dir, to: Place(dirIV: iv, name: name),
+            _ = try rebind(.entry(backing, in: dir), stat: st, shownAs: name, in: dir, to: Place(dirIV: iv, name: shown),
                            toDomain: new.domain, keys: keys)
             try Sys.rename(backing, in: dir.fd, to: target.name, in: dir.fd, flags: RENAME_NOREPLACE)
         default:
-            // A directory keeps its own domain (its class): only its name is its parent's.
+            // A directory keeps its own domain (its class): only its name is its parent's
+            // (and, renamed beside its twin, its IV file's tag: its place changes).
+            if shown != name {
+                _ = try rebind(.entry(backing, in: dir), stat: st, shownAs: name, in: dir, to: Place(dirIV: iv, name: shown), keys: keys)
+            }
             try Sys.rename(backing, in: dir.fd, to: target.name, in: dir.fd, flags: RENAME_NOREPLACE)
         }
         NameTransform.removeSidecar(ofEntry: backing, in: dir.fd)
         return true
+    }
+
+    /// Whether backing entry `backing` (stat `st`) is a copy of `twin` (stat `twinStat`),
+    /// the entry of the same name in the new domain: a file whose blocks are the same
+    /// bytes (the same file, re-wrapped by each machine: its header alone differs), a
+    /// symlink to the same target, an empty directory. Anything else is not.
+    private func isCopy(_ backing: String, stat st: stat, of twin: String, stat twinStat: stat, in dir: Node, from old: DomainKeys,
+                        to new: DomainKeys) throws -> Bool {
+        guard st.st_mode & S_IFMT == twinStat.st_mode & S_IFMT else { return false }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            guard st.st_size == twinStat.st_size else { return false }
+            return try sameBytes(backing, in: dir.fd, as: twin, in: dir.fd, from: layout.headerSize, to: Int64(st.st_size))
+        case S_IFLNK:
+            let mine = try old.codecs.symlinks.decrypt(try Sys.readlink(backing, in: dir.fd), sidecarsIn: nodes.root.fd)
+            return (try? new.codecs.symlinks.decrypt(try Sys.readlink(twin, in: dir.fd), sidecarsIn: nodes.root.fd)) == mine
+        case S_IFDIR:
+            // The same directory on both machines: the same backing tree, byte for byte
+            // (its entries' names are in its own domain, which did not change).
+            let mine = try FileDescriptor.open(backing, in: dir.fd, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            let theirs = try FileDescriptor.open(twin, in: dir.fd, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            return try sameTree(mine.rawValue, theirs.rawValue)
+        default:
+            return true
+        }
+    }
+
+    /// Whether backing directories `a` and `b` hold the same entries, byte for byte.
+    private func sameTree(_ a: Int32, _ b: Int32) throws -> Bool {
+        let left = try Sys.listDirectory(a).sorted(), right = try Sys.listDirectory(b).sorted()
+        guard left == right else { return false }
+        for name in left {
+            let x = try Sys.stat(name, in: a), y = try Sys.stat(name, in: b)
+            guard x.st_mode & S_IFMT == y.st_mode & S_IFMT else { return false }
+            switch x.st_mode & S_IFMT {
+            case S_IFDIR:
+                let p = try FileDescriptor.open(name, in: a, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+                let q = try FileDescriptor.open(name, in: b, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+                guard try sameTree(p.rawValue, q.rawValue) else { return false }
+            case S_IFREG:
+                guard x.st_size == y.st_size, try sameBytes(name, in: a, as: name, in: b, from: 0, to: Int64(x.st_size)) else { return false }
+            case S_IFLNK:
+                guard try Sys.readlink(name, in: a) == Sys.readlink(name, in: b) else { return false }
+            default:
+                continue
+            }
+        }
+        return true
+    }
+
+    /// Whether files `a` (in `aDir`) and `b` (in `bDir`) hold the same bytes from `start`
+    /// to `end`.
+    private func sameBytes(_ a: String, in aDir: Int32, as b: String, in bDir: Int32, from start: Int64, to end: Int64) throws -> Bool {
+        let x = try FileDescriptor.open(a, in: aDir, flags: O_RDONLY | O_NOFOLLOW)
+        let y = try FileDescriptor.open(b, in: bDir, flags: O_RDONLY | O_NOFOLLOW)
+        var left = [UInt8](repeating: 0, count: 65536), right = [UInt8](repeating: 0, count: 65536)
+        var offset = start
+        while offset < end {
+            let n = try left.withUnsafeMutableBytes { try Sys.readFully(x.rawValue, into: $0, at: offset) }
+            let m = try right.withUnsafeMutableBytes { try Sys.readFully(y.rawValue, into: $0, at: offset) }
+            guard n == m, n > 0, left[..<n] == right[..<m] else { return false }
+            offset += Int64(n)
+        }
+        return true
+    }
+
+    /// Removes backing directory `name` of `dir` with everything in it (a copy of its twin).
+    private func removeTree(_ name: String, in dir: Int32) throws {
+        let fd = try FileDescriptor.open(name, in: dir, flags: O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+        for entry in try Sys.readDirectory(fd.rawValue) {
+            if entry.type == UInt8(DT_DIR) { try removeTree(entry.name, in: fd.rawValue) } else { try Sys.unlink(entry.name, in: fd.rawValue) }
+        }
+        try Sys.unlink(name, in: dir, directory: true)
     }
 
     /// A symlink moves domain as a new symlink under its new name (its target sealed anew,

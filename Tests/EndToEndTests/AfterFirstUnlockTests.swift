@@ -188,6 +188,10 @@ final class AfterFirstUnlockTests: EndToEndCase {
     /// Two machines (the vault and a copy of it) change the same directory's class on
     /// their own: each writes the same bytes, file for file and link for link, so a sync
     /// engine that carries either finds nothing to merge (SyncthingTests has the engine).
+    /// Then they disagree: this mount changes it back while another writer brings in the
+    /// other machine's entries and class record, as a sync engine would, leaving entries
+    /// of both key domains. `coffer protect` again gathers them into one: every file
+    /// served once, nothing else, and fsck clean.
     func testTwoMachinesConvertingTheSameDirectoryWriteTheSameBytes() {
         let vault = vaultWithMail()
         assertOK(vault.sh("mkdir -p docs/t/sub && for i in $(seq 30); do echo $i > docs/t/f$i; done && ln -s f1 docs/t/l && echo s > docs/t/sub/s"),
@@ -209,6 +213,17 @@ final class AfterFirstUnlockTests: EndToEndCase {
             diff <(sums '\(vault.cipherdir)') <(sums '\(other)') && echo same bytes
             """)
         XCTAssertEqual(same.stdout, "same bytes\n", same.stdout + same.stderr)
+        let r = vault.sh("""
+            t=$(find "$C" -mindepth 2 -maxdepth 2 -type d -inum "$(stat -c %i docs/t)")
+            o='\(other)'/${t#"$C"/}
+            '\(C)' protect --class complete docs/t > /dev/null
+            for f in "$o"/*; do cp -a "$f" "$t/.incoming" && mv -T "$t/.incoming" "$t/$(basename "$f")"; done
+            ls docs/t | wc -l
+            '\(C)' protect --class complete docs/t
+            cat docs/t/f7 docs/t/f30 docs/t/sub/s && readlink docs/t/l && ls docs/t | wc -l
+            """)
+        XCTAssertEqual(r.stdout, "32\ndocs/t: complete\n7\n30\ns\nf1\n32\n", r.stderr + vault.log)
+        XCTAssertTrue(vault.log.contains("damage: in /docs/t"), "entries of the other domain were not seen: \(vault.log)")
         vault.unmount()
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
