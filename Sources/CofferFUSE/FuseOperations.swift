@@ -475,12 +475,26 @@ private func replyXattr(_ req: fuse_req_t?, size: Int, _ value: [UInt8]) throws 
 /// readdir and readdirplus: pack listed entries from `offset` until the buffer is full.
 private func replyListing(_ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64, plus: Bool) throws {
     let fs = fs(req)
-    let entries = try fs.readdir(handle, from: Int(offset))
     let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: size)
     var used = 0
     defer { explicit_bzero(buffer, used); buffer.deallocate() }
-    var next = Int(offset)
     var entered: [UInt64] = []
+    // The listing is let go before the reply: the program may close the directory as soon
+    // as it has it, and RELEASEDIR zeroes the names, which it can do in place only if no
+    // one else holds them.
+    try packListing(fs, req, size: size, offset: offset, handle: handle, plus: plus, into: buffer, used: &used, entered: &entered)
+    if fuse_reply_buf(req, buffer, used) != 0 {
+        // The request was interrupted: the kernel holds none of these lookups.
+        entered.forEach { fs.forget($0, count: 1) }
+    }
+}
+
+/// Packs listed entries from `offset` into `buffer` until it is full (`used` bytes of it);
+/// `entered`: the nodes readdirplus gave the kernel.
+private func packListing(_ fs: PlainFileSystem, _ req: fuse_req_t?, size: Int, offset: off_t, handle: UInt64, plus: Bool,
+                         into buffer: UnsafeMutablePointer<CChar>, used: inout Int, entered: inout [UInt64]) throws {
+    let entries = try fs.readdir(handle, from: Int(offset))
+    var next = Int(offset)
     for listed in entries {
         next += 1
         // The name as a C string, made in one buffer (no intermediate copy) and zeroed after.
@@ -518,9 +532,5 @@ private func replyListing(_ req: fuse_req_t?, size: Int, offset: off_t, handle: 
             if added > size - used { break }
         }
         used += added
-    }
-    if fuse_reply_buf(req, buffer, used) != 0 {
-        // The request was interrupted: the kernel holds none of these lookups.
-        entered.forEach { fs.forget($0, count: 1) }
     }
 }

@@ -10,7 +10,8 @@ struct MountHelperCommand: ParsableCommand {
             Installed as /sbin/mount.coffer, it makes `mount -t coffer CIPHERDIR MOUNTPOINT \
             -o OPTIONS` and /etc/fstab lines of type coffer work. Options: passfile=FILE, \
             extpass=CMD (split at spaces), idle_lock=DURATION, lock_grace=DURATION, lock_on=screen \
-            and lock_on=suspend (one each: a comma ends an option), suspend_keeps_after_first_unlock, allow_other (with default_permissions), ro, socket=PATH, \
+            and lock_on=suspend (one each: a comma ends an option), suspend_keeps_after_first_unlock, \
+            allow_other (with default_permissions), ro, socket=PATH, \
             log_file=FILE, unlock_tpm2 (unlocked with this machine's TPM once mounted, as \
             --unlock-tpm2); mount(8)'s and systemd's own (rw, defaults, noauto, nofail, \
             _netdev, user, x-systemd.…, comment=…) are left to them; any other goes to FUSE \

@@ -105,8 +105,8 @@ struct ProtectCommand: ParsableCommand {
                                       + "(format 8 has it: a vault made by `coffer init --format 8`)")
         case EMLINK:
             return CommandFailure(status: .classChangeRefused,
-                                  message: "\(path): a file in it has more than one hard link, and its other links would stay in the other key domain; "
-                                      + "nothing was changed")
+                                  message: "\(path): a file in it has more than one hard link, and its other links would stay "
+                                      + "in the other key domain; nothing was changed")
         case EXDEV:
             return CommandFailure(status: .classChangeRefused,
                                   message: "\(path): a file in it was made while locked and keeps its key in its key record; nothing was changed")

@@ -293,12 +293,7 @@ final class AfterFirstUnlockTests: EndToEndCase {
             """
         let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, recovery, vectors], timeout: 120)
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
-        func counts(_ prefix: String) -> [String: Int] {
-            guard let line = r.stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }),
-                  let data = line.dropFirst(prefix.count).data(using: .utf8),
-                  let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int] else { return [:] }
-            return object
-        }
+        func counts(_ prefix: String) -> [String: Int] { Harness.scanCounts(r.stdout, prefix) }
         let locked = counts("locked "), all = counts("all ")
         XCTAssertFalse(locked.isEmpty || all.isEmpty, r.stdout)
         for name in ["master"] + (1...9).map({ "subkey \($0)" }) {

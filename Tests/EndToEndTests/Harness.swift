@@ -103,6 +103,15 @@ enum Harness {
 
         """
 
+    /// The counts a memory scan printed (`memoryScan`'s `scan`, as JSON) on the line of
+    /// `stdout` that begins with `prefix`; empty if there is none.
+    static func scanCounts(_ stdout: String, _ prefix: String) -> [String: Int] {
+        guard let line = stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }),
+              let data = line.dropFirst(prefix.count).data(using: .utf8),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int] else { return [:] }
+        return object
+    }
+
     /// Runs a shell script with `bash -euo pipefail -c`.
     @discardableResult
     static func sh(_ script: String, timeout: TimeInterval = 300) -> Outcome {

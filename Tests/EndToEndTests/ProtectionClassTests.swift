@@ -271,12 +271,7 @@ final class ProtectionClassTests: EndToEndCase {
             """
         let r = Harness.run(["python3", "-c", script, Harness.coffer, vault.mountpoint, vault.cipherdir, recovery, vectors], timeout: 120)
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
-        func counts(_ prefix: String) -> [String: Int] {
-            guard let line = r.stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }),
-                  let data = line.dropFirst(prefix.count).data(using: .utf8),
-                  let object = try? JSONSerialization.jsonObject(with: data) as? [String: Int] else { return [:] }
-            return object
-        }
+        func counts(_ prefix: String) -> [String: Int] { Harness.scanCounts(r.stdout, prefix) }
         let open = counts("while open "), closed = counts("after close ")
         XCTAssertGreaterThan(open["kept file"] ?? 0, 0, "\(engine): the open unless-open file's key is not kept: \(r.stdout)")
         XCTAssertEqual(closed["kept file"], 0, "\(engine): the file's key outlived its close: \(r.stdout)")

@@ -12,10 +12,9 @@ final class SyncthingTests: EndToEndCase {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
 
-    /// The steps, run as the pair's command: $A and $B are the two CIPHERDIRs, $MA and $MB
-    /// their mounts. `soon` allows the daemon its moment to learn of a change (10 s at
-    /// most, for a loaded machine).
-    static let steps = #"""
+    /// What every script of the pair begins with: `fail`, `soon` (10 s at most, for a
+    /// loaded machine), `synced`, `apart`, `together`, and both mounts gone at the end.
+    static let prelude = #"""
         set -euo pipefail
         fail() { echo "FAIL: $*"; exit 1; }
         soon() { local i; for i in $(seq 400); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
@@ -24,6 +23,12 @@ final class SyncthingTests: EndToEndCase {
         together() { "$ST_PAIR" resume A; "$ST_PAIR" resume B; synced; }
         trap 'fusermount3 -u -z "$MA" 2>/dev/null; fusermount3 -u -z "$MB" 2>/dev/null; true' EXIT
 
+        """#
+
+    /// The steps, run as the pair's command: $A and $B are the two CIPHERDIRs, $MA and $MB
+    /// their mounts. `soon` allows the daemon its moment to learn of a change (10 s at
+    /// most, for a loaded machine).
+    static let steps = prelude + #"""
         "$COFFER" mount --passfile "$PF" --state-dir "$W/state-a" --log-file "$W/a.log" "$A" "$MA"
         synced                                     # the vault reaches B's CIPHERDIR
         "$COFFER" mount --passfile "$PF" --state-dir "$W/state-b" --log-file "$W/b.log" "$B" "$MB"
@@ -124,15 +129,7 @@ final class SyncthingTests: EndToEndCase {
     /// finds the same bytes on both sides — no conflict copy — and each side serves every
     /// file, through a lock too. Then A changes it back while B is apart and B, receiving
     /// the half-way states, serves the files once synced.
-    static let classSteps = #"""
-        set -euo pipefail
-        fail() { echo "FAIL: $*"; exit 1; }
-        soon() { local i; for i in $(seq 400); do eval "$1" 2>/dev/null && return 0; sleep 0.025; done; eval "$1"; }
-        synced() { "$ST_PAIR" wait-synced 60 >/dev/null; }
-        apart() { "$ST_PAIR" pause A; "$ST_PAIR" pause B; }
-        together() { "$ST_PAIR" resume A; "$ST_PAIR" resume B; synced; }
-        trap 'fusermount3 -u -z "$MA" 2>/dev/null; fusermount3 -u -z "$MB" 2>/dev/null; true' EXIT
-
+    static let classSteps = prelude + #"""
         "$COFFER" mount --passfile "$PF" --state-dir "$W/state-a" --log-file "$W/a.log" "$A" "$MA"
         mkdir -p "$MA/mail/cur"; for i in $(seq 40); do echo "message $i" > "$MA/mail/cur/m$i"; done
         ln -s cur "$MA/mail/link"; echo note > "$MA/mail/note"; setfattr -n user.seen -v yes "$MA/mail/note"
