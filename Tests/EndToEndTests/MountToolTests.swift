@@ -72,9 +72,9 @@ final class MountToolTests: EndToEndCase {
             git init -q repo && cd repo
             cp -a /usr/include/linux/netfilter . && git add -A && git commit -qm one
             echo change >> netfilter/x_tables.h && git commit -qam two
-            git log --oneline | wc -l | grep -qx 2
+            git log --oneline | wc -l | grep -x 2 > /dev/null
             git gc -q && git fsck --strict --no-progress
-            git status --porcelain | wc -l | grep -qx 0
+            git status --porcelain | wc -l | grep -x 0 > /dev/null
             """), "git")
     }
 
@@ -87,8 +87,8 @@ final class MountToolTests: EndToEndCase {
             writer=$!
             for r in 1 2 3; do ( for i in $(seq 1 30); do sq db 'SELECT count(*) FROM t;' >/dev/null; done ) & done
             wait $writer; wait
-            sq db 'SELECT count(*) FROM t;' | grep -qx 200
-            sq db 'PRAGMA integrity_check;' | grep -qx ok
+            sq db 'SELECT count(*) FROM t;' | grep -x 200 > /dev/null
+            sq db 'PRAGMA integrity_check;' | grep -x ok > /dev/null
             """), "sqlite3 WAL")
     }
 
