@@ -34,6 +34,8 @@ extension PlainFileSystem {
         let old = try keys.of(from.domain), new = try keys.of(to.domain)
         dir.setKeyDomain(from.domain)
         let iv = try directoryIV(dir, keys: keys)
+        // The same entries under the same names: the directory's times stay as they were.
+        let times = try Sys.stat(dir.fd)
         try to.writeConverting(from: from, in: dir.fd, dirIV: iv, box: new.set.metadata)
         var moved = 0
         for backing in try Sys.listDirectory(dir.fd).sorted() where !NameTransform.isReserved(backing) {
@@ -49,6 +51,7 @@ extension PlainFileSystem {
             try DirectoryIV.rebind(in: dir.fd, record: record, to: new.set.places.directoryTag(iv: iv, at: place))
         }
         try to.write(in: dir.fd, dirIV: iv, box: new.set.metadata)
+        try Sys.setTimes(dir.fd, [times.st_atim, times.st_mtim])
         dir.setKeyDomain(to.domain)
         for node in nodes.allNodes() where !node.isDirectory && node.directory === dir { node.setKeyDomain(to.domain) }
         logger.info("protection class of \(dir.plaintextPath) (backing inode \(dir.ino)) set to \(to.name): \(moved) entries moved")
