@@ -211,7 +211,7 @@ public struct ContentCipher: Sendable {
     /// inside `lend`, so a lock's wipe waits for it to be zeroed; and it shares the
     /// call's stack with the plaintext it protects, so locking its page against swap
     /// would protect nothing the plaintext buffers do not already expose.
-    private func withBlockKey<R>(fileID: FileID, _ body: (BlockKey) throws -> R) throws -> R {
+    func withBlockKey<R>(fileID: FileID, _ body: (BlockKey) throws -> R) throws -> R {
         if let onlyFile, onlyFile != fileID { throw CryptoError.keyRetired }
         guard perFileKeys else {
             return try key.lend { try body(BlockKey(kind: .xchacha20poly1305, pointer: UnsafeRawPointer($0))) }
@@ -411,7 +411,7 @@ public struct ContentCipher: Sendable {
     }
 
     @inline(__always)
-    private func sealOne(_ plaintext: UnsafeRawBufferPointer, block i: Int, firstBlock: UInt64,
+    func sealOne(_ plaintext: UnsafeRawBufferPointer, block i: Int, firstBlock: UInt64,
                          fileID: FileID, nonce: UnsafeRawPointer,
                          into ciphertext: UnsafeMutableRawBufferPointer, key: BlockKey) {
         let plainStart = i * Self.blockSize

@@ -23,6 +23,9 @@ public enum SubkeyPurpose: UInt64, CaseIterable, Sendable {
     /// Root of the after-first-unlock domain's subkeys (format 8, KeyDomain): derived
     /// from the master key only, never used as a key itself.
     case afterFirstUnlock = 9
+    /// The key of a reverse view's derivations (docs/FORMAT.md §14, ReverseKey): its
+    /// directory IVs, entry IDs and nonces. Only the view uses it.
+    case reverse = 10
 }
 
 /// Which keys an inode's names, tags, file keys and records use (format 8, docs/FORMAT.md

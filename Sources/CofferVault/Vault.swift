@@ -77,6 +77,24 @@ public final class Vault: Sendable {
         guard kdf.isAcceptable else {
             throw VaultError.kdfParametersRefused(opsLimit: kdf.opsLimit, memLimit: kdf.memLimit)
         }
+        let (config, master, recoveryKey) = try newConfig(format: format, cipher: cipher, kdf: kdf, passphrase: passphrase)
+        defer { master.wipe() }
+        if config.bindsDirectories {
+            let placeKey = master.subkey(.place)
+            defer { placeKey.wipe() }
+            let places = PlaceMAC(key: placeKey)
+            try DirectoryIV.create(in: root.rawValue, tag: DirectoryBinding.tagging(at: Place.root, macs: places))
+        } else {
+            try DirectoryIV.create(in: root.rawValue)
+        }
+        try config.save(in: root.rawValue)
+        return (Vault(path: path, root: root, config: config), recoveryKey)
+    }
+
+    /// A new config of `format` and its new master key, wrapped under `passphrase`
+    /// (Argon2id with `kdf`) and under a new recovery key, returned with it.
+    private static func newConfig(format: Int, cipher: ContentAlgorithm, kdf: KDFParameters,
+                                  passphrase: SecureBytes) throws -> (VaultConfig, MasterKey, SecureBytes) {
         let salt = Sodium.randomArray(count: PassphraseKDF.saltSize)
         let formatter = ISO8601DateFormatter()
         formatter.timeZone = TimeZone(identifier: "UTC")
@@ -89,7 +107,6 @@ public final class Vault: Sendable {
         config.checksum = config.computedChecksum()
 
         let master = MasterKey.generate()
-        defer { master.wipe() }
         let recoveryKey = SecureBytes.random(count: RecoveryKey.size)
         let passKey = try PassphraseKDF.deriveKey(passphrase: passphrase, salt: salt, parameters: kdf)
         defer { passKey.wipe() }
@@ -99,16 +116,47 @@ public final class Vault: Sendable {
             try wrap(master, with: passKey, kind: VaultConfig.passphraseSlot, config: config),
             try wrap(master, with: recoveryWrap, kind: VaultConfig.recoverySlot, config: config),
         ]
-        if config.bindsDirectories {
-            let placeKey = master.subkey(.place)
-            defer { placeKey.wipe() }
-            let places = PlaceMAC(key: placeKey)
-            try DirectoryIV.create(in: root.rawValue, tag: DirectoryBinding.tagging(at: Place.root, macs: places))
-        } else {
-            try DirectoryIV.create(in: root.rawValue)
+        return (config, master, recoveryKey)
+    }
+
+    /// Throws unless a reverse view can be set up for the directory `path`: one without a
+    /// view's config.
+    public static func checkReverseCreatable(at path: String) throws {
+        let root = try openDirectory(path)
+        guard (try? Sys.stat(ReverseFormat.configName, in: root.rawValue)) == nil else {
+            throw VaultError.reverseConfigExists(path: path)
         }
-        try config.save(in: root.rawValue)
-        return (Vault(path: path, root: root, config: config), recoveryKey)
+    }
+
+    /// Creates the config of a reverse view of the directory `path` (docs/FORMAT.md §14):
+    /// `ReverseFormat.configName` in it, a format-7 config as `create` makes. Returns the
+    /// new recovery key, to be shown once.
+    public static func createReverse(at path: String, passphrase: SecureBytes, kdf: KDFParameters = .standard,
+                                     cipher: ContentAlgorithm = .preferred) throws -> SecureBytes {
+        guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
+        guard kdf.isAcceptable else {
+            throw VaultError.kdfParametersRefused(opsLimit: kdf.opsLimit, memLimit: kdf.memLimit)
+        }
+        try checkReverseCreatable(at: path)
+        let root = try openDirectory(path)
+        let (config, master, recoveryKey) = try newConfig(format: ReverseFormat.format, cipher: cipher, kdf: kdf, passphrase: passphrase)
+        master.wipe()
+        try config.save(in: root.rawValue, as: ReverseFormat.configName)
+        return recoveryKey
+    }
+
+    /// Opens the plaintext directory `path` of a reverse view with its config
+    /// (`ReverseFormat.configName`), to unlock as a vault is. Needs no secret.
+    public static func openReverse(at path: String) throws -> Vault {
+        let root = try openDirectory(path)
+        let config: VaultConfig
+        do {
+            config = try VaultConfig.load(in: root.rawValue, path: path, named: ReverseFormat.configName)
+        } catch VaultError.notAVault {
+            throw VaultError.notAReverseSource(path: path)
+        }
+        guard config.format == ReverseFormat.format else { throw VaultError.unsupportedFormat(version: config.format) }
+        return Vault(path: path, root: root, config: config)
     }
 
     static func wrap(_ master: MasterKey, with key: SecureBytes, kind: String, config: VaultConfig,

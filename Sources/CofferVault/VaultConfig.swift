@@ -141,7 +141,7 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     }
 
     /// Reads the config of the backing directory `dir`.
-    public static func load(in dir: Int32, path: String) throws -> VaultConfig {
+    public static func load(in dir: Int32, path: String, named fileName: String = fileName) throws -> VaultConfig {
         let bytes: [UInt8]
         do {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64 << 10)
@@ -166,7 +166,7 @@ public struct VaultConfig: Codable, Equatable, Sendable {
     }
 
     /// Writes the config into `dir` atomically.
-    public func save(in dir: Int32) throws {
-        try AtomicFile.write(serialized(), to: Self.fileName, in: dir, mode: 0o400)
+    public func save(in dir: Int32, as fileName: String = fileName) throws {
+        try AtomicFile.write(serialized(), to: fileName, in: dir, mode: 0o400)
     }
 }

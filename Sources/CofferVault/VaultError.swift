@@ -12,6 +12,10 @@ public enum TooLongItem: String, Sendable {
 public enum VaultError: Error, Equatable, CustomStringConvertible {
     /// The directory has no coffer.conf.
     case notAVault(path: String)
+    /// A reverse view's directory without its config (docs/FORMAT.md §14).
+    case notAReverseSource(path: String)
+    /// `init --reverse` of a directory that has a view's config already.
+    case reverseConfigExists(path: String)
     /// coffer.conf is not valid JSON of the expected shape.
     case configMalformed(reason: String)
     /// coffer.conf's parameters do not match their checksum (edited or damaged).
@@ -90,6 +94,10 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notAVault(let path): return "\(path) is not a coffer vault (no \(VaultConfig.fileName))"
+        case .notAReverseSource(let path):
+            return "\(path) has no reverse view's config (\(ReverseFormat.configName)): make one with coffer init --reverse \(path)"
+        case .reverseConfigExists(let path):
+            return "\(path) has a reverse view's config already (\(ReverseFormat.configName)); it keeps its key, and a new one would change every byte of the view"
         case .alreadyMounted(let path): return "\(path) is already mounted by another coffer daemon (one vault, one mount)"
         case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"

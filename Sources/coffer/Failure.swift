@@ -21,11 +21,11 @@ func classify(_ error: Error) -> (ExitStatus, String) {
     case let error as VaultError:
         let status: ExitStatus
         switch error {
-        case .notAVault: status = .notAVault
+        case .notAVault, .notAReverseSource: status = .notAVault
         case .alreadyMounted: status = .alreadyMounted
         case .notADirectory, .pathTooLong: status = .notADirectory
         case .journalDamaged: status = .stateDirectoryUnusable
-        case .directoryNotEmpty: status = .notEmpty
+        case .directoryNotEmpty, .reverseConfigExists: status = .notEmpty
         case .configMalformed, .configDamaged, .missingKeySlot: status = .configDamaged
         case .unsupportedFormat, .unsupportedParameter: status = .unsupported
         case .kdfParametersRefused: status = .kdfRefused

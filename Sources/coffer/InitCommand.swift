@@ -44,10 +44,18 @@ struct InitCommand: ParsableCommand {
         visibility: .hidden))
     var format: Int?
 
-    @Argument(help: "The empty directory that will hold the encrypted files.")
+    @Flag(name: .long, help: ArgumentHelp(
+        "Set up a reverse view of the plaintext directory given in CIPHERDIR's place: its config goes into it "
+            + "(\(ReverseFormat.configName)), and `coffer mount --reverse` serves the view."))
+    var reverse = false
+
+    @Argument(help: "The empty directory that will hold the encrypted files (with --reverse: the plaintext directory).")
     var cipherdir: String
 
     func validate() throws {
+        if reverse, let format, format != ReverseFormat.format {
+            throw ValidationError("--format goes without --reverse: a reverse view is format \(ReverseFormat.format)")
+        }
         let newest = VaultConfig.supportedFormats.upperBound
         if let format, !(VaultConfig.minimumFormat(for: cipher)...newest).contains(format) {
             throw ValidationError(
@@ -63,7 +71,11 @@ struct InitCommand: ParsableCommand {
     func run() throws {
         try runReportingFailures {
             // Check the directory and the cipher before asking for a passphrase.
-            try Vault.checkCreatable(at: cipherdir)
+            if reverse {
+                try Vault.checkReverseCreatable(at: cipherdir)
+            } else {
+                try Vault.checkCreatable(at: cipherdir)
+            }
             guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
             // Create the recovery-key file before the vault: failing afterwards would
             // leave a vault whose recovery key nobody saw.
@@ -83,10 +95,11 @@ struct InitCommand: ParsableCommand {
             defer { if !created, let out = recoveryKeyOut { unlink(out) } }
             let passphrase = try source.read()
                 ?? PassphraseReader.interactive(prompt: "New passphrase: ", confirm: true)
-            let (_, recoveryKey) = try Vault.create(
-                at: cipherdir, passphrase: passphrase,
-                kdf: KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20), cipher: cipher, format: format)
+            let kdf = KDFParameters(opsLimit: kdfOps, memLimit: kdfMemory << 20)
+            let recoveryKey = reverse ? try Vault.createReverse(at: cipherdir, passphrase: passphrase, kdf: kdf, cipher: cipher)
+                : try Vault.create(at: cipherdir, passphrase: passphrase, kdf: kdf, cipher: cipher, format: format).recoveryKey
             passphrase.wipe()
+            let made = reverse ? "Set up a reverse view of \(cipherdir) (its config: \(ReverseFormat.configName))" : "Created vault \(cipherdir)"
             let text = RecoveryKey.format(recoveryKey)
             recoveryKey.wipe()
             defer { text.wipe() }
@@ -95,10 +108,10 @@ struct InitCommand: ParsableCommand {
                 try writeSecretLine(text, to: keyFD.rawValue)
                 guard fsync(keyFD.rawValue) == 0 else { throw Errno.current("fsync \(recoveryKeyOut!)") }
                 created = true
-                print("Created vault \(cipherdir). Recovery key written to \(recoveryKeyOut!).")
+                print("\(made). Recovery key written to \(recoveryKeyOut!).")
             case .none:
                 created = true
-                print("Created vault \(cipherdir).")
+                print("\(made).")
                 print("Recovery key (shown only once; it opens the vault if the passphrase is lost):")
                 fflush(nil)  // every stream: stdout before the raw write to fd 1 (stdout itself is a C global Swift 6 refuses)
                 try writeSecretLine(text, to: 1)

@@ -40,6 +40,17 @@ struct MountCommand: ParsableCommand {
     var foreground = false
 
     @Flag(name: .long, help: ArgumentHelp(
+        "Serve a read-only, encrypted view of the plaintext directory given in CIPHERDIR's place (set up by `coffer init --reverse`), "
+            + "for backups: a copy of the view is a vault that `coffer mount` opens. Unlocked at the mount with the view's passphrase."))
+    var reverse = false
+
+    @Option(name: .long, help: ArgumentHelp(
+        "With --reverse: leave out the entries this fnmatch(3) pattern matches (repeatable): a pattern without / matches names "
+            + "at any depth, one with / a path from the plaintext directory.",
+        valueName: "pattern"))
+    var exclude: [String] = []
+
+    @Flag(name: .long, help: ArgumentHelp(
         "Once mounted, unlock with this machine's TPM (as coffer unlock --tpm2); "
             + "if that fails, the mount stays up, locked, and the exit status says why (with --foreground, the log does)."))
     var unlockTpm2 = false
@@ -109,7 +120,7 @@ struct MountCommand: ParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Internal: descriptor from which to read the passphrase.", visibility: .private))
     var passphraseFD: Int32?
 
-    @Argument(help: "The vault's backing directory.")
+    @Argument(help: "The vault's backing directory (with --reverse: the plaintext directory).")
     var cipherdir: String
 
     @Argument(help: "An empty directory on which to mount the plaintext view.")
@@ -139,6 +150,21 @@ struct MountCommand: ParsableCommand {
 
     func validate() throws {
         guard (1...64).contains(threads) else { throw ValidationError("--threads must be 1…64") }
+        if !exclude.isEmpty && !reverse { throw ValidationError("--exclude goes with --reverse") }
+        if exclude.contains("") { throw ValidationError("--exclude takes a pattern, not an empty word") }
+        if reverse {
+            let kept: [(Bool, String)] = [
+                (idleLock != nil, "--idle-lock"), (lockGrace != nil, "--lock-grace"), (!lockOn.isEmpty, "--lock-on"),
+                (unlockTpm2, "--unlock-tpm2"), (socket != nil, "--socket"), (stateDir != nil, "--state-dir"),
+                (watchLimit != nil, "--watch-limit"), (givenTransport.map { $0 != .classic } ?? false, "--transport"),
+                (readAheadKiB != nil, "-o read_ahead_kb"),
+            ]
+            if let (_, option) = kept.first(where: { $0.0 }) {
+                throw ValidationError("""
+                    \(option) does not go with --reverse: a reverse view has no lock and no control socket, and serves through /dev/fuse
+                    """)
+            }
+        }
         if unlockTpm2 && source.isGiven {
             throw ValidationError("--unlock-tpm2 asks for no passphrase: give it without --passfile or --extpass")
         }
@@ -240,15 +266,18 @@ struct MountCommand: ParsableCommand {
     /// the passphrase on a pipe, and waits for its one-line status.
     private func startDaemon() throws {
         let vaultPath = MountPoint.canonical(cipherdir) ?? cipherdir
-        try Vault.open(at: vaultPath).checkCipherAvailable()
+        try (reverse ? Vault.openReverse(at: vaultPath) : Vault.open(at: vaultPath)).checkCipherAvailable()
         let target = try MountPoint.checkUsable(mountpoint)
-        try Self.checkTransport(transport)
-        // With --unlock-tpm2 the TPM unlocks, after the mount: no passphrase is read.
-        let passphrase = unlockTpm2 ? nil : try givenPassphrase()
+        if !reverse { try Self.checkTransport(transport) }
+        // With --unlock-tpm2 the TPM unlocks, after the mount: no passphrase is read. A
+        // reverse view cannot be mounted without one: asked for on a terminal.
+        let passphrase = unlockTpm2 ? nil : try givenPassphrase() ?? (reverse ? Self.askForViewPassphrase() : nil)
         defer { passphrase?.wipe() }
 
         var arguments = ["coffer", "mount", "--foreground", "--status-fd", "3"]
         if passphrase != nil { arguments += ["--passphrase-fd", "4"] }
+        if reverse { arguments.append("--reverse") }
+        for pattern in exclude { arguments += ["--exclude", pattern] }
         if let idleLock { arguments += ["--idle-lock", idleLock] }
         if let lockGrace { arguments += ["--lock-grace", lockGrace] }
         for trigger in lockOn { arguments += ["--lock-on", trigger] }
@@ -256,7 +285,7 @@ struct MountCommand: ParsableCommand {
         if threads != FuseSession.defaultThreads { arguments += ["--threads", String(threads)] }
         if let socket { arguments += ["--socket", socket] }
         // Resolved here: the daemon does not read the environment for it.
-        arguments += ["--transport", transport.rawValue]
+        if !reverse { arguments += ["--transport", transport.rawValue] }
         if let watchLimit { arguments += ["--watch-limit", String(watchLimit)] }
         if let stateDir { arguments += ["--state-dir", MountPoint.canonical(stateDir) ?? stateDir] }
         if allowOther { arguments.append("--allow-other") }
@@ -288,6 +317,12 @@ struct MountCommand: ParsableCommand {
         }
     }
 
+    /// A reverse view's passphrase, asked for on a terminal.
+    private static func askForViewPassphrase() throws -> SecureBytes {
+        guard isatty(0) == 1 else { throw CommandFailure(status: .passphraseUnreadable, message: ReverseDaemon.noPassphrase) }
+        return try PassphraseReader.interactive(prompt: "Passphrase: ", confirm: false)
+    }
+
     // MARK: The daemon
 
     private func serve(status: StatusReport) throws {
@@ -300,6 +335,20 @@ struct MountCommand: ParsableCommand {
         for fd in [statusFD, passphraseFD].compactMap({ $0 }) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         let log = try DaemonLog.make(logFile: logFile, fallback: status.isPipe ? .syslog : .standardError)
         LoggingSystem.bootstrap { _ in DaemonLogHandler(log) }
+        // The passphrase the launcher gave on its pipe (closed after the one read), or in
+        // the foreground one given here.
+        let given = { () throws -> SecureBytes? in
+            try passphraseFD.map { fd in
+                let pipe = FileDescriptor(owning: fd)
+                return try PassphraseReader.readLine(pipe.rawValue, what: "passphrase")
+            } ?? (status.isPipe ? nil : givenPassphrase())
+        }
+        if reverse {
+            let daemon = try ReverseDaemon(.init(plaindir: cipherdir, mountpoint: mountpoint, excludes: exclude, allowOther: allowOther,
+                                                 fuseOptions: libfuseWords, threads: threads),
+                                           logger: Logger(label: "coffer"), passphrase: given)
+            return try daemon.serve(ready: { status.succeed() })
+        }
         let settings = Daemon.Settings(cipherdir: cipherdir, mountpoint: mountpoint, socket: socket, stateDir: stateDir,
                                        allowOther: allowOther, readOnly: readOnly, fuseOptions: libfuseWords,
                                        transport: transport, threads: threads, watchLimit: watchLimit,
@@ -307,11 +356,7 @@ struct MountCommand: ParsableCommand {
                                        lockOn: lockOn, suspendKeepsAfterFirstUnlock: suspendKeepsAfterFirstUnlock,
                                        readAheadKiB: readAheadKiB)
         let daemon = try Daemon(settings, logger: Logger(label: "coffer")) { vault in
-            let passphrase = try passphraseFD.map { fd in
-                // Inherited from the launcher for this one read; closed after it.
-                let pipe = FileDescriptor(owning: fd)
-                return try PassphraseReader.readLine(pipe.rawValue, what: "passphrase")
-            } ?? (status.isPipe ? nil : givenPassphrase())
+            let passphrase = try given()
             defer { passphrase?.wipe() }
             return try passphrase.map { try vault.unlock(passphrase: $0, derive: KDFHelper.derive) }
         }

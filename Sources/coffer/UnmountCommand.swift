@@ -34,6 +34,9 @@ struct UnmountCommand: ParsableCommand {
             // for a moment: the kernel releases the file once the daemon has answered
             // (asynchronously), so "busy" is asked again for up to 5 s before it is final
             // (on a loaded machine the release can lag a second or two).
+            // Without a daemon to ask (a reverse view has no control socket), the end of the
+            // mount's FUSE connection says its daemon has let go of it.
+            let connection = mount.device.split(separator: ":").last.map { "/sys/fs/fuse/connections/\($0)" }
             var (status, text) = try ChildProcess.run("/bin/fusermount3", ["fusermount3", "-u", path])
             for _ in 0..<50 where !status.succeeded && Self.isBusy(text) {
                 usleep(100_000)
@@ -46,7 +49,11 @@ struct UnmountCommand: ParsableCommand {
                 throw CommandFailure(status: .failure,
                                      message: "fusermount3 -u \(path) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
             }
-            if let (pid, started) = daemon { LiveDaemons.waitForExit(pid, startedAt: started, seconds: 30) }
+            if let (pid, started) = daemon {
+                LiveDaemons.waitForExit(pid, startedAt: started, seconds: 30)
+            } else if let connection {
+                for _ in 0..<300 where access(connection, F_OK) == 0 { usleep(100_000) }
+            }
         }
     }
 

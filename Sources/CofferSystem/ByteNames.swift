@@ -1,0 +1,63 @@
+// ByteNames are the *at calls for names given as bytes: a plaintext directory's names are
+// whatever bytes its programs chose (not always UTF-8), and a String would change them.
+import Glibc
+
+extension Sys {
+    /// An entry of a directory as getdents reports it, its name as bytes.
+    public struct ByteEntry: Sendable {
+        public let name: [UInt8]
+        public let ino: UInt64
+        /// d_type (DT_REG, DT_DIR, …).
+        public let type: UInt8
+    }
+
+    /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
+    public static func readDirectoryBytes(_ dir: Int32) throws -> [ByteEntry] {
+        let fd = try FileDescriptor.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
+        guard let stream = fdopendir(fd.rawValue) else { throw Errno.current("fdopendir") }
+        // The stream owns the descriptor now: closedir closes it.
+        _ = fd.release()
+        defer { closedir(stream) }
+        var entries: [ByteEntry] = []
+        let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        while let entry = readdir(stream) {
+            // d_name read in place up to its NUL (DirectoryEntry says why).
+            let start = UnsafeRawPointer(entry).advanced(by: offset).assumingMemoryBound(to: CChar.self)
+            let name = [UInt8](UnsafeRawBufferPointer(start: start, count: strlen(start)))
+            if name == [0x2e] || name == [0x2e, 0x2e] { continue }
+            entries.append(ByteEntry(name: name, ino: UInt64(entry.pointee.d_ino), type: entry.pointee.d_type))
+        }
+        return entries
+    }
+
+    /// fstatat(2) of `name` in `dir`, without following a final symlink.
+    public static func stat(bytes name: [UInt8], in dir: Int32) throws -> stat {
+        var st = Glibc.stat()
+        try withCName(name) { c in try retryOnInterrupt("fstatat") { Glibc.fstatat(dir, c, &st, AT_SYMLINK_NOFOLLOW) } }
+        return st
+    }
+
+    /// openat(2) of `name` in `dir` with O_CLOEXEC and O_NOFOLLOW.
+    public static func open(bytes name: [UInt8], in dir: Int32, flags: Int32) throws -> FileDescriptor {
+        let fd = try withCName(name) { c in
+            try retryOnInterrupt("openat") { Glibc.openat(dir, c, flags | O_CLOEXEC | O_NOFOLLOW, 0) }
+        }
+        return FileDescriptor(owning: fd)
+    }
+
+    /// readlinkat(2) of `name` in `dir`: the target's bytes.
+    public static func readlink(bytes name: [UInt8], in dir: Int32) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: Int(PATH_MAX))
+        let n = try withCName(name) { c in
+            try retryOnInterrupt("readlinkat") {
+                buffer.withUnsafeMutableBytes { Glibc.readlinkat(dir, c, $0.baseAddress!.assumingMemoryBound(to: CChar.self), $0.count) }
+            }
+        }
+        return Array(buffer[..<n])
+    }
+
+    /// Runs `body` with `name` as a C string.
+    private static func withCName<R>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
+        try (name + [0]).withUnsafeBufferPointer { try $0.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) } }
+    }
+}

@@ -1,0 +1,211 @@
+// ReverseViewTests: `coffer mount --reverse` serves a plaintext directory's encrypted view
+// (docs/FORMAT.md §14); a copy of it — by rsync, by restic — is a vault that `coffer mount`
+// opens as the plaintext, the view is the same bytes on every mount, and it is read-only.
+import Foundation
+import XCTest
+
+final class ReverseViewTests: EndToEndCase {
+    /// A plaintext directory with one of everything a backup meets: sizes around the block
+    /// size, a long name, a name that is not UTF-8, hidden files, symlinks, hard links, a
+    /// FIFO, a socket, a device, odd modes and old times.
+    private func makePlaintext() -> String {
+        let plain = scratch.mkdir("plain")
+        assertOK(Harness.sh("""
+            cd '\(plain)'
+            mkdir -p docs/deep/er .hidden empty-dir
+            : > empty; printf hello > hello.txt
+            head -c 4096 /dev/urandom > docs/block; head -c 8192 /dev/urandom > docs/two-blocks
+            head -c 1048577 /dev/urandom > docs/deep/mebibyte-and-one; seq 1 20000 > docs/deep/er/numbers
+            echo secret > .hidden/.dotfile
+            printf long > "docs/$(printf 'n%.0s' $(seq 200))"
+            python3 -c 'import os; open(b"docs/caf\\xe9", "w").write("latin-1")'
+            ln -s hello.txt link; ln -s /etc/hostname absolute-link; ln -s "$(printf 't%.0s' $(seq 3500))" long-target
+            ln hello.txt docs/hard-link
+            mkfifo fifo
+            python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("socket")'
+            mknod null-device c 1 3
+            chmod 600 docs/block; chmod 751 docs/deep
+            # Times in another second than the copy's: rsync leaves a time it takes for
+            # equal (the same second) as the new file has it.
+            find . -depth -mindepth 1 -exec touch -h -d '2020-01-02 03:04:05.123456789' {} +
+            touch -h -d '2001-02-03 04:05:06' link hello.txt docs/deep/er
+            """), "the plaintext")
+        return plain
+    }
+
+    /// `coffer init --reverse` of `plain`, with its passphrase file.
+    private func initView(_ plain: String, _ extra: [String] = []) -> String {
+        let passfile = scratch.file("view.pass", "view passphrase\n")
+        assertOK(coffer(["init", "--reverse", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile,
+                         "--recovery-key-out", scratch.path + "/view.recovery"] + extra + [plain]), "init --reverse")
+        return passfile
+    }
+
+    /// Mounts the view of `plain` at a new mountpoint `name`; it is unmounted at the end.
+    private func mountView(_ plain: String, passfile: String, at name: String = "view", _ extra: [String] = []) -> String {
+        let view = scratch.mkdir(name)
+        assertOK(coffer(["mount", "--reverse", "--passfile", passfile, "--log-file", scratch.path + "/\(name).log"]
+                        + extra + [plain, view]), "mount --reverse")
+        addTeardownBlock { Harness.run([Harness.coffer, "unmount", view]) }
+        return view
+    }
+
+    /// Every entry of `dir` as `path type mode size mtime target`, sorted: what a
+    /// restore must give back (`.coffer.reverse.conf` left out).
+    private func listing(_ dir: String) -> String {
+        Harness.sh("cd '\(dir)' && find . -mindepth 1 ! -name .coffer.reverse.conf -printf '%P %y %m %s %T@ %l\\n' | LC_ALL=C sort").stdout
+    }
+
+    /// A script that fails with `diff -r`'s lines for `a` and `b` but those matching
+    /// `allowed` and the notes on special files (which diff does not compare).
+    private func differences(_ a: String, _ b: String, _ allowed: [String] = []) -> String {
+        let patterns = (allowed + ["is a fifo while", "is a socket while", "is a character special file while"]).map { "-e '\($0)'" }
+        return """
+            out=$( { diff -r --no-dereference '\(a)' '\(b)' || true; } | { grep -v \(patterns.joined(separator: " ")) || true; } )
+            [ -z "$out" ] || { echo "$out"; exit 1; }
+            """
+    }
+
+    /// The plaintext of a copy of the view, through `coffer mount` of it.
+    private func openCopy(_ copy: String, passfile: String) -> MountedVault {
+        let vault = MountedVault(scratch: scratch, name: "restored", cipherdir: scratch.mkdir("unused"))
+        let mountpoint = vault.mountpoint
+        assertOK(coffer(["mount", "--passfile", passfile, "--state-dir", scratch.path + "/restored.state", copy, mountpoint]),
+                 "mount of the copy")
+        addTeardownBlock { Harness.run([Harness.coffer, "unmount", mountpoint]) }
+        return vault
+    }
+
+    func testACopyOfTheViewIsAVaultThatOpensAsThePlaintext() {
+        let plain = makePlaintext()
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile)
+        let copy = scratch.path + "/copy"
+        let rsync = Harness.sh("rsync -aH '\(view)/' '\(copy)/'")
+        assertOK(rsync, "rsync of the view")
+        XCTAssertEqual(coffer(["fsck", "--passfile", passfile, copy]).status, 0, "fsck of the copy")
+        let restored = openCopy(copy, passfile: passfile).mountpoint
+        // The symlink whose target does not fit a backing symlink is left out (logged).
+        let expected = listing(plain).split(separator: "\n").filter { !$0.hasPrefix("long-target ") }.joined(separator: "\n") + "\n"
+        XCTAssertEqual(listing(restored), expected)
+        assertOK(Harness.sh(differences(plain, restored, ["^Only in \(plain): long-target$", "^Only in \(plain): .coffer.reverse.conf$"])),
+                 "diff of the restored tree")
+        let links = Harness.sh("stat -c %i '\(restored)/hello.txt' '\(restored)/docs/hard-link' | uniq | wc -l").stdout
+        XCTAssertEqual(links.trimmingCharacters(in: .whitespacesAndNewlines), "1", "the hard links stay one inode")
+        XCTAssertEqual(Harness.sh("stat -c %t:%T '\(restored)/null-device'").stdout, "1:3\n")
+        XCTAssertTrue((try? String(contentsOfFile: scratch.path + "/view.log", encoding: .utf8))?.contains("left out") ?? false)
+        // The config is the view's coffer.conf, byte for byte, and no entry of its own.
+        assertOK(Harness.sh("cmp '\(plain)/.coffer.reverse.conf' '\(view)/coffer.conf'"), "the view's config")
+    }
+
+    func testTheViewIsTheSameOnEveryMountAndAChangeChangesOneFile() {
+        let plain = makePlaintext()
+        let passfile = initView(plain)
+        var view = mountView(plain, passfile: passfile)
+        let copy = scratch.path + "/copy"
+        assertOK(Harness.sh("cp -a '\(view)' '\(copy)'"), "cp of the view")
+        assertOK(coffer(["unmount", view]), "unmount of the view")
+        view = mountView(plain, passfile: passfile, at: "view-again")
+        assertOK(Harness.sh(differences(view, copy)), "the second mount's view is the first's")
+        assertOK(Harness.sh("""
+            echo more >> '\(plain)/docs/deep/er/numbers'
+            rsync -a --stats '\(view)/' '\(copy)/' > '\(scratch.path)/stats'
+            grep '^Number of regular files transferred: 1$' '\(scratch.path)/stats' > /dev/null
+            rsync -ac --stats '\(view)/' '\(copy)/' | grep '^Number of regular files transferred: 0$' > /dev/null
+            """), "one change, one file")
+        let restored = openCopy(copy, passfile: passfile).mountpoint
+        assertOK(Harness.sh("cmp '\(plain)/docs/deep/er/numbers' '\(restored)/docs/deep/er/numbers'"), "the changed file restored")
+    }
+
+    func testResticBacksUpTheViewAndItsRestoreOpens() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/restic") else { throw XCTSkip("restic is not installed") }
+        let plain = makePlaintext()
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile)
+        let restore = scratch.path + "/restore"
+        assertOK(Harness.sh("""
+            export RESTIC_REPOSITORY='\(scratch.path)/repo' RESTIC_PASSWORD='repository passphrase of the test' RESTIC_CACHE_DIR='\(scratch.path)/cache'
+            restic init -q
+            cd '\(view)' && restic backup -q .
+            restic restore -q latest --target '\(restore)'
+            """, timeout: 600), "restic backup and restore")
+        let restored = openCopy(restore, passfile: passfile).mountpoint
+        assertOK(Harness.sh("cmp '\(plain)/docs/deep/mebibyte-and-one' '\(restored)/docs/deep/mebibyte-and-one' && "
+                            + "diff -r '\(plain)/docs' '\(restored)/docs'"), "the restored tree")
+        XCTAssertEqual(coffer(["fsck", "--passfile", passfile, restore]).status, 0, "fsck of restic's restore")
+    }
+
+    func testTheViewIsReadOnlyAndLeavesOutWhatIsExcluded() {
+        let plain = makePlaintext()
+        assertOK(Harness.sh("cd '\(plain)' && touch a.tmp docs/b.tmp && mkdir -p cache/x docs/private && echo p > docs/private/p"), "more")
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile, ["--exclude", "*.tmp", "--exclude", "cache", "--exclude", "/docs/private"])
+        for write in ["touch '\(view)/new'", "mkdir '\(view)/new'", "rm '\(view)/coffer.diriv'", "chmod 700 '\(view)'",
+                      "mv '\(view)/coffer.conf' '\(view)/x'", "truncate -s 0 '\(view)/coffer.conf'",
+                      "setfattr -n user.x -v 1 '\(view)/coffer.conf'"] {
+            let r = Harness.sh(write)
+            XCTAssertNotEqual(r.status, 0, write)
+            XCTAssertTrue(r.stderr.contains("Read-only file system"), "\(write): \(r.stderr)")
+        }
+        let copy = scratch.path + "/copy"
+        assertOK(Harness.sh("rsync -a '\(view)/' '\(copy)/'"), "rsync")
+        let restored = openCopy(copy, passfile: passfile).mountpoint
+        let names = Harness.sh("cd '\(restored)' && find . | LC_ALL=C sort").stdout
+        XCTAssertFalse(names.contains(".tmp"), names)
+        XCTAssertFalse(names.contains("cache"), names)
+        XCTAssertFalse(names.contains("private"), names)
+        XCTAssertFalse(names.contains("coffer.reverse"), names)
+        XCTAssertTrue(names.contains("./docs/deep/er/numbers"), names)
+    }
+
+    func testAViewsContentStaysBoundToItsPlaceInTheCopy() {
+        let plain = scratch.mkdir("plain")
+        assertOK(Harness.sh("cd '\(plain)' && echo first > a && echo second > b"), "plaintext")
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile)
+        let copy = scratch.path + "/copy"
+        assertOK(Harness.sh("rsync -a '\(view)/' '\(copy)/'"), "rsync")
+        // Swap the two files' contents in the copy, as an attacker with the backup could.
+        let restored = openCopy(copy, passfile: passfile)
+        let backing = { (name: String) in
+            Harness.sh("find '\(copy)' -inum $(stat -c %i '\(restored.mountpoint)/\(name)')").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let a = backing("a"), b = backing("b")
+        assertOK(coffer(["unmount", restored.mountpoint]), "unmount")
+        assertOK(Harness.sh("cp '\(a)' /tmp/coffer-swap-$$ && cp '\(b)' '\(a)' && cp /tmp/coffer-swap-$$ '\(b)' && rm /tmp/coffer-swap-$$"),
+                 "swap")
+        assertOK(coffer(["mount", "--passfile", passfile, "--state-dir", scratch.path + "/restored.state", copy, restored.mountpoint]),
+                 "mount again")
+        let r = Harness.sh("cat '\(restored.mountpoint)/a'")
+        XCTAssertNotEqual(r.status, 0, "swapped content read as the file: \(r.stdout)")
+        XCTAssertTrue(r.stderr.contains("Input/output error"), r.stderr)
+        XCTAssertEqual(coffer(["fsck", "--passfile", passfile, copy]).status, 40)
+    }
+
+    func testAViewsMistakesHaveTheirMessagesAndStatuses() {
+        let plain = scratch.mkdir("plain")
+        let view = scratch.mkdir("view")
+        let passfile = scratch.file("pass", "view passphrase\n")
+        let none = coffer(["mount", "--reverse", "--passfile", passfile, plain, view])
+        XCTAssertEqual(none.status, 12, none.stderr)
+        XCTAssertTrue(none.stderr.contains("no reverse view's config"), none.stderr)
+        _ = initView(plain)
+        let again = coffer(["init", "--reverse", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, plain])
+        XCTAssertEqual(again.status, 11, again.stderr)
+        XCTAssertTrue(again.stderr.contains("has a reverse view's config already"), again.stderr)
+        let wrong = coffer(["mount", "--reverse", "--passfile", scratch.file("wrong", "not it\n"), plain, view])
+        XCTAssertEqual(wrong.status, 22, wrong.stderr)
+        let stray = coffer(["mount", "--exclude", "x", "--passfile", passfile, plain, view])
+        XCTAssertEqual(stray.status, 64, stray.stderr)
+        let locking = coffer(["mount", "--reverse", "--idle-lock", "5m", "--passfile", passfile, plain, view])
+        XCTAssertEqual(locking.status, 64, locking.stderr)
+        XCTAssertTrue(locking.stderr.contains("does not go with --reverse"), locking.stderr)
+        let noPassphrase = coffer(["mount", "--reverse", plain, view], input: "")
+        XCTAssertEqual(noPassphrase.status, 24, noPassphrase.stderr)
+        // Mounted, then unmounted: the daemon is gone when unmount returns.
+        assertOK(coffer(["mount", "--reverse", "--passfile", passfile, plain, view]), "mount")
+        let device = Harness.sh("mountpoint -d '\(view)'").stdout.split(separator: ":").last.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        assertOK(coffer(["unmount", view]), "unmount")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "/sys/fs/fuse/connections/\(device ?? "?")"), "the daemon outlived unmount")
+    }
+}
