@@ -64,7 +64,7 @@ public final class ReverseFileSystem: Sendable {
         let st = try Sys.stat(rootFD.rawValue)
         let iv = try format.reverse.rootIV()
         device = st.st_dev
-        let root = Node(id: Self.rootID, kind: .directory(iv: iv, foreign: false), parent: nil, name: [], path: [],
+        let root = Node(id: Self.rootID, key: nil, kind: .directory(iv: iv, foreign: false), parent: nil, name: [], path: [],
                         fd: rootFD.release(), ino: UInt64(st.st_ino), device: st.st_dev)
         nodes = Mutex(ReverseNodeIndex(root: root))
     }
@@ -77,18 +77,18 @@ public final class ReverseFileSystem: Sendable {
         guard case .directory(let iv, let foreign) = dir.kind else { throw Errno(ENOTDIR) }
         if name == DirectoryIV.fileName {
             let content = try format.ivFile(iv: iv, parentIV: dir.parent.map(\.iv) ?? [], name: dir.name)
-            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, content: content, parent: dir) })
+            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, key: $1, content: content, parent: dir) })
         }
         guard !foreign else { throw Errno(ENOENT) }
         if dir.id == Self.rootID && name == VaultConfig.fileName {
-            return try enter(.own(of: dir.id, name: name), make: { [config] in Node(own: $0, content: config, parent: dir) })
+            return try enter(.own(of: dir.id, name: name), make: { [config] in Node(own: $0, key: $1, content: config, parent: dir) })
         }
         if name.hasPrefix(NameTransform.longNamePrefix) && name.hasSuffix(NameTransform.sidecarSuffix) {
             let hashed = String(name.dropLast(NameTransform.sidecarSuffix.count))
             guard let plain = try longName(hashed, in: dir), case .long(_, let encoded) = try format.backingName(plain, dirIV: iv) else {
                 throw Errno(ENOENT)
             }
-            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, content: Array(encoded.utf8), parent: dir) })
+            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, key: $1, content: Array(encoded.utf8), parent: dir) })
         }
         let plain: [UInt8]
         if name.hasPrefix(NameTransform.longNamePrefix) {
@@ -113,7 +113,7 @@ public final class ReverseFileSystem: Sendable {
             : .entry(of: dir.id, name: plain)
         var owned: Int32? = fd.release()
         defer { if let owned { Sys.close(owned) } }
-        return try enter(key, ino: UInt64(st.st_ino), make: { id in
+        return try enter(key, ino: UInt64(st.st_ino), make: { id, key in
             let kind: Node.Kind
             if st.st_mode & S_IFMT == S_IFDIR {
                 kind = .directory(iv: try self.format.reverse.directoryIV(parentIV: dir.iv, name: plain),
@@ -122,24 +122,23 @@ public final class ReverseFileSystem: Sendable {
                 kind = .plain
             }
             defer { owned = nil }
-            return Node(id: id, kind: kind, parent: dir, name: plain, path: dir.path.isEmpty ? plain : dir.path + [0x2f] + plain,
+            return Node(id: id, key: key, kind: kind, parent: dir, name: plain, path: dir.path.isEmpty ? plain : dir.path + [0x2f] + plain,
                         fd: owned!, ino: UInt64(st.st_ino), device: st.st_dev)
         })
     }
 
     /// The node for `key`: the one there if it is still the same inode (then one more
     /// lookup), else a new one `make` builds with a new ID.
-    private func enter(_ key: ReverseNodeKey, ino: UInt64? = nil, make: (UInt64) throws -> Node) throws -> Entry {
+    private func enter(_ key: ReverseNodeKey, ino: UInt64? = nil, make: (UInt64, ReverseNodeKey) throws -> Node) throws -> Entry {
         let node: Node = try nodes.withLock { index in
             if let id = index.byKey[key], let known = index.byID[id], ino == nil || known.ino == ino {
                 known.lookups.add(1, ordering: .relaxed)
                 return known
             }
-            let made = try make(index.nextID)
+            let made = try make(index.nextID, key)
             index.nextID += 1
             index.byID[made.id] = made
             index.byKey[key] = made.id
-            made.key = key
             made.lookups.store(1, ordering: .relaxed)
             return made
         }
@@ -346,7 +345,7 @@ struct ReverseNodeIndex {
 
 /// What a node stands for: an entry of a directory, every name of an inode with more
 /// than one link (so that they are one node, as they are one inode), or a file of the view's own.
-enum ReverseNodeKey: Hashable {
+enum ReverseNodeKey: Hashable, Sendable {
     case entry(of: UInt64, name: [UInt8])
     case inode(UInt64)
     case own(of: UInt64, name: String)
@@ -360,11 +359,10 @@ enum ReverseHandle: Sendable {
 }
 
 extension ReverseFileSystem {
-    /// A node of the view. Sendable: every stored property is a `let`, but for the lookup
-    /// count (atomic), the long names (a Mutex) and `key`, written once under the index's
-    /// lock before anyone else sees the node.
-    final class Node: @unchecked Sendable {
-        enum Kind {
+    /// A node of the view: every stored property is a `let`, the lookup count atomic and
+    /// the long names in a Mutex.
+    final class Node: Sendable {
+        enum Kind: Sendable {
             /// A directory with its IV; `foreign`: on another file system, shown empty.
             case directory(iv: [UInt8], foreign: Bool)
             /// A file, symlink or special file of PLAINDIR.
@@ -387,15 +385,17 @@ extension ReverseFileSystem {
         let content: [UInt8]?
         let lookups = Atomic<UInt64>(0)
         let longNames = Mutex<[String: [UInt8]]>([:])
-        var key: ReverseNodeKey?
+        /// What the index knows it by (nil for the root).
+        let key: ReverseNodeKey?
 
-        init(id: UInt64, kind: Kind, parent: Node?, name: [UInt8], path: [UInt8], fd: Int32, ino: UInt64, device: dev_t) {
-            (self.id, self.kind, self.parent, self.name, self.path, self.fd) = (id, kind, parent, name, path, fd)
+        init(id: UInt64, key: ReverseNodeKey?, kind: Kind, parent: Node?, name: [UInt8], path: [UInt8], fd: Int32, ino: UInt64,
+             device: dev_t) {
+            (self.id, self.key, self.kind, self.parent, self.name, self.path, self.fd) = (id, key, kind, parent, name, path, fd)
             (self.ino, self.device, self.content) = (ino, device, nil)
         }
 
-        init(own id: UInt64, content: [UInt8], parent: Node) {
-            (self.id, self.kind, self.parent, self.name, self.path, self.fd) = (id, .own, parent, [], [], -1)
+        init(own id: UInt64, key: ReverseNodeKey, content: [UInt8], parent: Node) {
+            (self.id, self.key, self.kind, self.parent, self.name, self.path, self.fd) = (id, key, .own, parent, [], [], -1)
             (self.ino, self.device, self.content) = (ReverseFileSystem.ownInodes | id, parent.device, content)
         }
 

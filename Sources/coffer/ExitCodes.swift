@@ -11,9 +11,9 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     case usage = 64
     /// CIPHERDIR (or MOUNTPOINT) is missing or not a directory.
     case notADirectory = 10
-    /// `init` was given a directory that is not empty.
+    /// `init` was given a directory that is not empty (`init --reverse`: one with a view's config).
     case notEmpty = 11
-    /// CIPHERDIR has no coffer.conf: not a vault.
+    /// CIPHERDIR has no coffer.conf: not a vault (`mount --reverse`: PLAINDIR has no view's config).
     case notAVault = 12
     /// coffer.conf is malformed or was modified.
     case configDamaged = 13

@@ -200,6 +200,9 @@ final class ReverseViewTests: EndToEndCase {
         let locking = coffer(["mount", "--reverse", "--idle-lock", "5m", "--passfile", passfile, plain, view])
         XCTAssertEqual(locking.status, 64, locking.stderr)
         XCTAssertTrue(locking.stderr.contains("does not go with --reverse"), locking.stderr)
+        let inside = coffer(["mount", "--reverse", "--passfile", passfile, plain, scratch.mkdir("plain/view")])
+        XCTAssertEqual(inside.status, 64, inside.stderr)
+        XCTAssertTrue(inside.stderr.contains("cannot be mounted in what it shows"), inside.stderr)
         let noPassphrase = coffer(["mount", "--reverse", plain, view], input: "")
         XCTAssertEqual(noPassphrase.status, 24, noPassphrase.stderr)
         // Mounted, then unmounted: the daemon is gone when unmount returns.
