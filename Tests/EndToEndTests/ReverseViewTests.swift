@@ -182,6 +182,47 @@ final class ReverseViewTests: EndToEndCase {
         XCTAssertEqual(coffer(["fsck", "--passfile", passfile, copy]).status, 40)
     }
 
+    /// The daemon (root here) never follows a symlink of PLAINDIR: a directory swapped
+    /// with a symlink to a root-only directory, again and again (RENAME_EXCHANGE) while
+    /// rsync reads the view, puts nothing of that directory into the copy.
+    func testASymlinkSwappedInWhileTheViewIsReadLeadsNowhere() {
+        let plain = scratch.mkdir("plain")
+        let secret = scratch.mkdir("secret")
+        assertOK(Harness.sh("""
+            chmod 700 '\(secret)'; echo TOPSECRET-$RANDOM$RANDOM > '\(secret)/f'; chmod 600 '\(secret)/f'
+            mkdir '\(plain)/d'; for i in $(seq 1 50); do echo mine > '\(plain)/d/f'$i; done; echo mine > '\(plain)/d/f'
+            ln -s '\(secret)' '\(plain)/s'
+            """), "the plaintext")
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile)
+        let swapper = Harness.start(["python3", "-c", """
+            import ctypes, os, time
+            libc = ctypes.CDLL(None, use_errno=True)
+            end = time.time() + 8
+            while time.time() < end:
+                libc.renameat2(-100, b'\(plain)/d', -100, b'\(plain)/s', 2)
+            """])
+        defer { swapper.terminate(); swapper.waitUntilExit() }
+        for round in 0..<10 {
+            let copy = scratch.path + "/copy\(round)"
+            // A file vanishing or changing under rsync (status 23, 24) is what a swap does.
+            let r = Harness.sh("rsync -a '\(view)/' '\(copy)/' 2>/dev/null || [ $? = 23 ] || [ $? = 24 ]")
+            assertOK(r, "rsync round \(round)")
+        }
+        swapper.waitUntilExit()
+        for round in 0..<10 {
+            let copy = scratch.path + "/copy\(round)"
+            guard FileManager.default.fileExists(atPath: copy + "/coffer.conf") else { continue }
+            let restored = scratch.mkdir("restored\(round)")
+            assertOK(coffer(["mount", "--passfile", passfile, "--state-dir", scratch.path + "/state\(round)", copy, restored]), "mount")
+            let found = Harness.sh("grep -r TOPSECRET '\(restored)' || true; find '\(restored)' -type l -printf '%l\\n'")
+            XCTAssertFalse(found.stdout.contains("TOPSECRET"), "round \(round): the secret reached the copy")
+            XCTAssertFalse(found.stdout.split(separator: "\n").contains { !$0.isEmpty && $0 != Substring(secret) },
+                           "round \(round): a symlink other than the one planted: \(found.stdout)")
+            assertOK(coffer(["unmount", restored]), "unmount")
+        }
+    }
+
     func testAViewsMistakesHaveTheirMessagesAndStatuses() {
         let plain = scratch.mkdir("plain")
         let view = scratch.mkdir("view")
