@@ -9,7 +9,9 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/fanotify.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/statfs.h>
 #include <sys/socket.h>
@@ -36,6 +38,14 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fallocate(fd, mode, offset, length); }
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
+
+int clinux_open_beneath(int dirfd, const char *path, int flags) {
+    struct open_how how;
+    memset(&how, 0, sizeof how);
+    how.flags = (unsigned long long)(flags | O_CLOEXEC);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+}
 
 int clinux_write_out(int fd) {
     return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);

@@ -1,8 +1,11 @@
 // ReverseFileSystem serves a reverse view (docs/FORMAT.md §14): the format-7 vault of a
 // plaintext directory, read-only, computed on demand by ReverseFormat. FUSE-shaped (node
-// ids, lookup counts) but importing no FUSE. Each node of the view holds an O_PATH
-// descriptor of its plaintext entry, never a path; the IV files, the config and the long
-// names' sidecars are nodes of their own whose bytes are computed.
+// ids, lookup counts) but importing no FUSE. A node holds its entry's path from PLAINDIR
+// and inode, and holds no descriptor (a backup's tree may have more entries than the
+// process may have descriptors): each operation opens it anew below PLAINDIR, following no
+// symlink (openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), and answers ESTALE where
+// another inode now stands. The IV files, the config and the long names' sidecars are
+// nodes of their own whose bytes are computed.
 import CofferCrypto
 import CofferSystem
 import CofferVault
@@ -43,7 +46,7 @@ public final class ReverseFileSystem: Sendable {
     /// own files take its owner and times, which stay as long as the config does.
     private let config: [UInt8]
     private let configStat: stat
-    /// PLAINDIR opened for reading (statfs).
+    /// PLAINDIR, below which every entry is opened.
     private let rootDirectory: FileDescriptor
     /// PLAINDIR's file system: a directory on another is shown empty.
     private let device: dev_t
@@ -60,12 +63,11 @@ public final class ReverseFileSystem: Sendable {
         rootDirectory = try source.root.reopenDirectory(flags: O_RDONLY)
         config = try Sys.readFile(ReverseFormat.configName, in: source.root.rawValue, limit: 64 << 10)
         configStat = try Sys.stat(ReverseFormat.configName, in: source.root.rawValue)
-        let rootFD = try source.root.reopenDirectory(flags: O_PATH)
-        let st = try Sys.stat(rootFD.rawValue)
+        let st = try Sys.stat(rootDirectory.rawValue)
         let iv = try format.reverse.rootIV()
         device = st.st_dev
         let root = Node(id: Self.rootID, key: nil, kind: .directory(iv: iv, foreign: false), parent: nil, name: [], path: [],
-                        fd: rootFD.release(), ino: UInt64(st.st_ino), device: st.st_dev)
+                        ino: UInt64(st.st_ino), device: st.st_dev)
         nodes = Mutex(ReverseNodeIndex(root: root))
     }
 
@@ -104,15 +106,12 @@ public final class ReverseFileSystem: Sendable {
 
     /// The entry of plaintext name `plain` in directory node `dir`.
     private func lookup(_ plain: [UInt8], in dir: Node) throws -> Entry {
-        let fd = try Sys.open(bytes: plain, in: dir.fd, flags: O_PATH)
-        let st = try Sys.stat(fd.rawValue)
+        let st = try withEntry(dir, flags: O_PATH | O_DIRECTORY) { parent, _ in try Sys.stat(bytes: plain, in: parent) }
         if st.st_mode & S_IFMT == S_IFLNK && Int(st.st_size) > ReverseFormat.maxTargetLength {
             throw Errno(ENOENT)  // left out of the view (listing logs it)
         }
         let key: ReverseNodeKey = st.st_mode & S_IFMT == S_IFREG && st.st_nlink > 1 ? .inode(UInt64(st.st_ino))
             : .entry(of: dir.id, name: plain)
-        var owned: Int32? = fd.release()
-        defer { if let owned { Sys.close(owned) } }
         return try enter(key, ino: UInt64(st.st_ino), make: { id, key in
             let kind: Node.Kind
             if st.st_mode & S_IFMT == S_IFDIR {
@@ -121,9 +120,8 @@ public final class ReverseFileSystem: Sendable {
             } else {
                 kind = .plain
             }
-            defer { owned = nil }
             return Node(id: id, key: key, kind: kind, parent: dir, name: plain, path: dir.path.isEmpty ? plain : dir.path + [0x2f] + plain,
-                        fd: owned!, ino: UInt64(st.st_ino), device: st.st_dev)
+                        ino: UInt64(st.st_ino), device: st.st_dev)
         })
     }
 
@@ -162,6 +160,15 @@ public final class ReverseFileSystem: Sendable {
         return node
     }
 
+    /// The plaintext entry of `node` opened with `flags` (and O_NOFOLLOW) below PLAINDIR,
+    /// following no symlink, with its attributes; ESTALE if another inode stands there now.
+    private func withEntry<R>(_ node: Node, flags: Int32, _ body: (Int32, stat) throws -> R) throws -> R {
+        let fd = try Sys.open(beneath: rootDirectory.rawValue, path: node.path, flags: flags)
+        let st = try Sys.stat(fd.rawValue)
+        guard UInt64(st.st_ino) == node.ino && st.st_dev == node.device else { throw Errno(ESTALE) }
+        return try body(fd.rawValue, st)
+    }
+
     // MARK: Attributes
 
     /// GETATTR.
@@ -177,7 +184,7 @@ public final class ReverseFileSystem: Sendable {
             st.st_blocks = (st.st_size + 511) / 512
             return st
         }
-        var st = try Sys.stat(node.fd)
+        var st = try withEntry(node, flags: O_PATH) { $1 }
         switch st.st_mode & S_IFMT {
         case S_IFREG: st.st_size = Int(ReverseFormat.cipherSize(plainSize: Int64(st.st_size)))
         case S_IFLNK: st.st_size = Int(ReverseFormat.symlinkSize(targetLength: Int(st.st_size)))
@@ -198,9 +205,11 @@ public final class ReverseFileSystem: Sendable {
     /// READLINK: the view's target of a symlink.
     public func readlink(_ id: UInt64) throws -> String {
         let node = try node(id)
-        let st = try Sys.stat(node.fd)
-        guard st.st_mode & S_IFMT == S_IFLNK, let dir = node.parent else { throw Errno(EINVAL) }
-        var target = try Sys.readlink(bytes: [], in: node.fd)
+        guard let dir = node.parent else { throw Errno(EINVAL) }
+        var (target, st) = try withEntry(node, flags: O_PATH) { fd, st in
+            guard st.st_mode & S_IFMT == S_IFLNK else { throw Errno(EINVAL) }
+            return (try Sys.readlink(bytes: [], in: fd), st)
+        }
         defer { target.zeroInPlace() }
         let id = try format.entryID(dirIV: dir.iv, name: node.name, links: UInt64(st.st_nlink), inode: UInt64(st.st_ino))
         guard let stored = try format.symlinkTarget(target, id: id) else { throw Errno(ENAMETOOLONG) }
@@ -217,15 +226,17 @@ public final class ReverseFileSystem: Sendable {
             handle = .own(content)
         } else {
             guard let dir = node.parent else { throw Errno(EISDIR) }
-            // The O_PATH descriptor's inode, whatever has been renamed since; checked to be a
-            // regular file first (a FIFO's open would wait for a writer).
-            guard try Sys.stat(node.fd).st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
-            let fd = try FileDescriptor.open(Sys.procPath(node.fd), flags: O_RDONLY)
-            let st = try Sys.stat(fd.rawValue)
-            let links = UInt64(st.st_nlink), inode = UInt64(st.st_ino)
-            let fileID = try format.entryID(dirIV: dir.iv, name: node.name, links: links, inode: inode)
-            let header = try format.header(id: fileID, dirIV: dir.iv, name: node.name, links: links)
-            handle = .file(ReverseFormat.OpenFile(plain: fd.release(), plainSize: Int64(st.st_size), id: fileID, header: header))
+            // O_NONBLOCK: a FIFO put in the file's place would wait for a writer.
+            handle = try withEntry(node, flags: O_RDONLY | O_NONBLOCK) { fd, st in
+                guard st.st_mode & S_IFMT == S_IFREG else { throw Errno(EINVAL) }
+                let links = UInt64(st.st_nlink), inode = UInt64(st.st_ino)
+                let fileID = try format.entryID(dirIV: dir.iv, name: node.name, links: links, inode: inode)
+                let header = try format.header(id: fileID, dirIV: dir.iv, name: node.name, links: links)
+                // The handle keeps its own descriptor, closed at RELEASE.
+                let kept = dup(fd)
+                guard kept >= 0 else { throw Errno.current("dup") }
+                return .file(ReverseFormat.OpenFile(plain: kept, plainSize: Int64(st.st_size), id: fileID, header: header))
+            }
         }
         let number = nextHandle.add(1, ordering: .relaxed).oldValue
         handles.withLock { $0[number] = handle }
@@ -264,28 +275,30 @@ public final class ReverseFileSystem: Sendable {
         if !foreign {
             if dir.id == Self.rootID { listed.append(Listed(name: VaultConfig.fileName, ino: Self.ownInodes, type: UInt8(DT_REG))) }
             var longNames: [String: [UInt8]] = [:]
-            for entry in try Sys.readDirectoryBytes(dir.fd) where isShown(entry.name, in: dir) {
-                var type = entry.type
-                if type == UInt8(DT_UNKNOWN) || type == UInt8(DT_LNK) {
-                    guard let st = try? Sys.stat(bytes: entry.name, in: dir.fd) else { continue }
-                    type = UInt8((st.st_mode & S_IFMT) >> 12)
-                    if st.st_mode & S_IFMT == S_IFLNK && Int(st.st_size) > ReverseFormat.maxTargetLength {
-                        // Named by its name in the view: the log holds no plaintext name.
-                        let shown = (try? format.backingName(entry.name, dirIV: iv).name) ?? "?"
-                        logger.warning("""
-                            reverse view: the symlink \(shown) has a target of \(st.st_size) bytes, more than the \
-                            \(ReverseFormat.maxTargetLength) a view serves: left out
-                            """)
-                        continue
+            try withEntry(dir, flags: O_RDONLY | O_DIRECTORY) { fd, _ in
+                for entry in try Sys.readDirectoryBytes(fd) where isShown(entry.name, in: dir) {
+                    var type = entry.type
+                    if type == UInt8(DT_UNKNOWN) || type == UInt8(DT_LNK) {
+                        guard let st = try? Sys.stat(bytes: entry.name, in: fd) else { continue }
+                        type = UInt8((st.st_mode & S_IFMT) >> 12)
+                        if st.st_mode & S_IFMT == S_IFLNK && Int(st.st_size) > ReverseFormat.maxTargetLength {
+                            // Named by its name in the view: the log holds no plaintext name.
+                            let shown = (try? format.backingName(entry.name, dirIV: iv).name) ?? "?"
+                            logger.warning("""
+                                reverse view: the symlink \(shown) has a target of \(st.st_size) bytes, more than the \
+                                \(ReverseFormat.maxTargetLength) a view serves: left out
+                                """)
+                            continue
+                        }
                     }
-                }
-                switch try format.backingName(entry.name, dirIV: iv) {
-                case .short(let name), .conflictCopy(let name):
-                    listed.append(Listed(name: name, ino: entry.ino, type: type))
-                case .long(let hashed, _):
-                    longNames[hashed] = entry.name
-                    listed.append(Listed(name: hashed, ino: entry.ino, type: type))
-                    listed.append(Listed(name: hashed + NameTransform.sidecarSuffix, ino: Self.ownInodes, type: UInt8(DT_REG)))
+                    switch try format.backingName(entry.name, dirIV: iv) {
+                    case .short(let name), .conflictCopy(let name):
+                        listed.append(Listed(name: name, ino: entry.ino, type: type))
+                    case .long(let hashed, _):
+                        longNames[hashed] = entry.name
+                        listed.append(Listed(name: hashed, ino: entry.ino, type: type))
+                        listed.append(Listed(name: hashed + NameTransform.sidecarSuffix, ino: Self.ownInodes, type: UInt8(DT_REG)))
+                    }
                 }
             }
             dir.longNames.withLock { $0 = longNames }
@@ -320,13 +333,15 @@ public final class ReverseFileSystem: Sendable {
     private func longName(_ hashed: String, in dir: Node) throws -> [UInt8]? {
         if let known = dir.longNames.withLock({ $0[hashed] }) { return known }
         guard case .directory(let iv, _) = dir.kind else { return nil }
-        for entry in try Sys.readDirectoryBytes(dir.fd) where entry.name.count > NameTransform.maxShortPlainLength {
-            if case .long(let name, _) = try format.backingName(entry.name, dirIV: iv), name == hashed {
-                dir.longNames.withLock { $0[hashed] = entry.name }
-                return entry.name
+        let found = try withEntry(dir, flags: O_RDONLY | O_DIRECTORY) { fd, _ in
+            try Sys.readDirectoryBytes(fd).first { entry in
+                guard entry.name.count > NameTransform.maxShortPlainLength else { return false }
+                if case .long(let name, _) = try format.backingName(entry.name, dirIV: iv) { return name == hashed }
+                return false
             }
         }
-        return nil
+        if let found { dir.longNames.withLock { $0[hashed] = found.name } }
+        return found?.name
     }
 }
 
@@ -377,8 +392,6 @@ extension ReverseFileSystem {
         /// The plaintext name in its parent, and the path from PLAINDIR (empty for the root).
         let name: [UInt8]
         let path: [UInt8]
-        /// O_PATH descriptor of the plaintext entry (-1 for the view's own files).
-        let fd: Int32
         let ino: UInt64
         let device: dev_t
         /// The bytes of a file of the view's own.
@@ -388,14 +401,13 @@ extension ReverseFileSystem {
         /// What the index knows it by (nil for the root).
         let key: ReverseNodeKey?
 
-        init(id: UInt64, key: ReverseNodeKey?, kind: Kind, parent: Node?, name: [UInt8], path: [UInt8], fd: Int32, ino: UInt64,
-             device: dev_t) {
-            (self.id, self.key, self.kind, self.parent, self.name, self.path, self.fd) = (id, key, kind, parent, name, path, fd)
+        init(id: UInt64, key: ReverseNodeKey?, kind: Kind, parent: Node?, name: [UInt8], path: [UInt8], ino: UInt64, device: dev_t) {
+            (self.id, self.key, self.kind, self.parent, self.name, self.path) = (id, key, kind, parent, name, path)
             (self.ino, self.device, self.content) = (ino, device, nil)
         }
 
         init(own id: UInt64, key: ReverseNodeKey, content: [UInt8], parent: Node) {
-            (self.id, self.key, self.kind, self.parent, self.name, self.path, self.fd) = (id, key, .own, parent, [], [], -1)
+            (self.id, self.key, self.kind, self.parent, self.name, self.path) = (id, key, .own, parent, [], [])
             (self.ino, self.device, self.content) = (ReverseFileSystem.ownInodes | id, parent.device, content)
         }
 
@@ -404,8 +416,6 @@ extension ReverseFileSystem {
             if case .directory(let iv, _) = kind { return iv }
             return []
         }
-
-        deinit { if fd >= 0 { Sys.close(fd) } }
     }
 }
 

@@ -1,5 +1,6 @@
 // ByteNames are the *at calls for names given as bytes: a plaintext directory's names are
 // whatever bytes its programs chose (not always UTF-8), and a String would change them.
+import CLinux
 import Glibc
 
 extension Sys {
@@ -59,5 +60,20 @@ extension Sys {
     /// Runs `body` with `name` as a C string.
     private static func withCName<R>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
         try (name + [0]).withUnsafeBufferPointer { try $0.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) } }
+    }
+}
+
+extension Sys {
+    /// openat2(2) of `path` (bytes; empty: `dir` itself) below directory `dir`, with
+    /// O_CLOEXEC and O_NOFOLLOW, following no symlink in any component and never leaving
+    /// `dir` (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): a path walk a symlink swapped in
+    /// anywhere along it cannot lead elsewhere.
+    public static func open(beneath dir: Int32, path: [UInt8], flags: Int32) throws -> FileDescriptor {
+        let fd = try ((path.isEmpty ? [0x2e] : path) + [0]).withUnsafeBufferPointer { bytes in
+            try bytes.withMemoryRebound(to: CChar.self) { c in
+                try retryOnInterrupt("openat2") { clinux_open_beneath(dir, c.baseAddress!, flags | O_NOFOLLOW) }
+            }
+        }
+        return FileDescriptor(owning: fd)
     }
 }

@@ -223,6 +223,23 @@ final class ReverseViewTests: EndToEndCase {
         }
     }
 
+    /// A view holds no descriptor per entry: a tree of more entries than the daemon may
+    /// have descriptors (a home directory's, past any limit) is read whole. The daemon here
+    /// may have 256; the tree has 3,000 files in 30 directories.
+    func testATreeLargerThanTheDescriptorLimitIsReadWhole() {
+        let plain = scratch.mkdir("plain")
+        assertOK(Harness.sh("cd '\(plain)' && for d in $(seq 1 30); do mkdir d$d; (cd d$d && seq 1 100 | xargs touch); done"), "tree")
+        let passfile = initView(plain)
+        let view = scratch.mkdir("view")
+        assertOK(Harness.sh("prlimit --nofile=256:256 '\(Harness.coffer)' mount --reverse --passfile '\(passfile)' '\(plain)' '\(view)'"),
+                 "mount with 256 descriptors")
+        addTeardownBlock { Harness.run([Harness.coffer, "unmount", view]) }
+        let pid = Harness.sh("pgrep -f -- '--reverse.*\(view)'").stdout.split(separator: "\n").first.map(String.init) ?? "?"
+        XCTAssertTrue(Harness.sh("grep 'Max open files' /proc/\(pid)/limits").stdout.contains("256"), "the daemon's limit")
+        assertOK(Harness.sh("tar -cf - -C '\(view)' . | tar -tf - | grep -c . | grep -x 3063 > /dev/null"),
+                 "tar of the whole view (3,000 files, 30 directories with their IV files, the root's IV file and config)")
+    }
+
     func testAViewsMistakesHaveTheirMessagesAndStatuses() {
         let plain = scratch.mkdir("plain")
         let view = scratch.mkdir("view")

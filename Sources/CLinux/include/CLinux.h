@@ -46,6 +46,9 @@ extern const short clinux_POSIX_SPAWN_SETSID;
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 int clinux_syncfs(int fd);
+/// openat2(2) of `path` below `dirfd` with O_CLOEXEC, following no symlink in any component
+/// and never leaving `dirfd` (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): -1 and errno otherwise.
+int clinux_open_beneath(int dirfd, const char *path, int flags);
 /// sync_file_range(fd, 0, 0, WAIT_BEFORE | WRITE | WAIT_AFTER): the file's dirty pages are
 /// written to the disk (no metadata, no cache flush) before this returns.
 int clinux_write_out(int fd);
