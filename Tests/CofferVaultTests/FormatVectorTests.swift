@@ -212,6 +212,42 @@ final class FormatVectorTests: XCTestCase {
         XCTAssertTrue(encoded[212...].allSatisfy { $0 == 0 })
         XCTAssertEqual(UndoJournal.Record(parsing: encoded)?.sealed, block)
         out.append(("journal_record_header", hex(Array(encoded.prefix(72)))))
+        try out.append(contentsOf: reverseVectors(master))
+        return out
+    }
+
+    /// §14: the reverse view of `docs/hello.txt` (the 100 bytes 00 … 63) and `docs/link`
+    /// (to `hello.txt`), and the ID of inode 1234567's names.
+    static func reverseVectors(_ master: MasterKey) throws -> [(String, String)] {
+        var out: [(String, String)] = []
+        for cipher in [ContentAlgorithm.xchacha20poly1305, .aes256gcm] where cipher.isAvailable {
+            var config = vectorConfig()
+            config.format = ReverseFormat.format
+            config.contentCipher = cipher.rawValue
+            let view = ReverseFormat(master: master, config: config)
+            let root = try view.reverse.rootIV()
+            let docs = try view.reverse.directoryIV(parentIV: root, name: Array("docs".utf8))
+            let name = Array("hello.txt".utf8)
+            let id = try view.entryID(dirIV: docs, name: name, links: 1, inode: 99)
+            let plain = bytes(from: 0x00, count: 100)
+            var block = [UInt8](repeating: 0, count: 140)
+            try plain.withUnsafeBytes { p in
+                try block.withUnsafeMutableBytes { try view.keys.content.sealSynthetic(p, firstBlock: 0, fileID: id, reverse: view.reverse, into: $0) }
+            }
+            guard cipher == .xchacha20poly1305 else {
+                out.append(("reverse_final_block_0_aes256gcm", hex(block)))
+                continue
+            }
+            out.append(("reverse_root_iv", hex(root)))
+            out.append(("reverse_dir_iv", hex(docs)))
+            out.append(("reverse_diriv_file", hex(try view.ivFile(iv: docs, parentIV: root, name: Array("docs".utf8)))))
+            out.append(("reverse_file_id", hex(id.bytes)))
+            out.append(("reverse_file_header", hex(try view.header(id: id, dirIV: docs, name: name, links: 1))))
+            out.append(("reverse_final_block_0", hex(block)))
+            out.append(("reverse_linked_file_id", hex(try view.entryID(dirIV: docs, name: name, links: 2, inode: 1234567).bytes)))
+            let linkID = try view.entryID(dirIV: docs, name: Array("link".utf8), links: 1, inode: 98)
+            out.append(("reverse_symlink_stored", try view.symlinkTarget(Array("hello.txt".utf8), id: linkID)!))
+        }
         return out
     }
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Independent implementation of the coffer on-disk format, version 3.
+"""Independent implementation of the coffer on-disk format, every version up to the newest,
+and of the reverse views of §14.
 
 This script is a cross-check of docs/FORMAT.md: it was written from the text of
 that document alone (not from the Swift sources), re-implements every
@@ -230,6 +231,46 @@ def file_key_wrap(k_metadata: bytes, file_id: bytes, file_key: bytes) -> bytes:
     ad = b"coffer.file.key\0" + file_id
     nonce = hashlib.blake2b(ad + file_key, digest_size=24, key=k_metadata).digest()
     return nonce + aead_seal(k_metadata, nonce, file_key, ad)
+
+
+REVERSE_KEY = 10
+
+
+def reverse_mac(k_rev: bytes, n: int, message: bytes) -> bytes:
+    """§14 H-n(m) = BLAKE2b-n(key = K_rev, m) (Python's BLAKE2b)."""
+    return hashlib.blake2b(message, digest_size=n, key=k_rev).digest()
+
+
+def reverse_root_iv(k_rev: bytes) -> bytes:
+    """§14 root IV = H-16("coffer.rev.diriv" ‖ 0x00)."""
+    return reverse_mac(k_rev, 16, b"coffer.rev.diriv\0")
+
+
+def reverse_dir_iv(k_rev: bytes, parent_iv: bytes, name: bytes) -> bytes:
+    """§14 directory IV = H-16("coffer.rev.diriv" ‖ 0x00 ‖ parent IV ‖ name)."""
+    return reverse_mac(k_rev, 16, b"coffer.rev.diriv\0" + parent_iv + name)
+
+
+def reverse_entry_id(k_rev: bytes, dir_iv: bytes, name: bytes) -> bytes:
+    """§14 entry ID of an entry with one link = H-16("coffer.rev.file" ‖ 0x00 ‖ directory IV ‖ name)."""
+    return reverse_mac(k_rev, 16, b"coffer.rev.file\0" + dir_iv + name)
+
+
+def reverse_linked_id(k_rev: bytes, inode: int) -> bytes:
+    """§14 entry ID of an inode with more links = H-16("coffer.rev.inode" ‖ 0x00 ‖ u64 inode)."""
+    return reverse_mac(k_rev, 16, b"coffer.rev.inode\0" + u64(inode))
+
+
+def reverse_block_nonce(k_rev: bytes, file_id: bytes, index: int, plaintext: bytes, gcm: bool = False) -> bytes:
+    """§14 block i's nonce = H-24("coffer.rev.block" ‖ 0x00 ‖ file ID ‖ u64 i ‖ plaintext of block i);
+    AES-256-GCM: its first 12 bytes ‖ 12 zero bytes."""
+    nonce = reverse_mac(k_rev, 24, b"coffer.rev.block\0" + file_id + u64(index) + plaintext)
+    return nonce[:12] + bytes(12) if gcm else nonce
+
+
+def reverse_symlink_nonce(k_rev: bytes, entry_id: bytes, target: bytes) -> bytes:
+    """§14 symlink nonce = H-24("coffer.rev.link" ‖ 0x00 ‖ entry ID ‖ target)."""
+    return reverse_mac(k_rev, 24, b"coffer.rev.link\0" + entry_id + target)
 
 
 def kek_pass(passphrase: bytes, salt: bytes, ops: int, mem: int) -> bytes:
@@ -594,8 +635,8 @@ def main() -> int:
 
     # §2 master key and subkeys
     check("master_key", MASTER_KEY.hex())
-    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 10)}
-    for i in range(1, 10):
+    keys = {i: subkey(MASTER_KEY, i) for i in range(1, 11)}
+    for i in range(1, 11):
         check("subkey_%d" % i, keys[i].hex())
     afu = {i: afu_subkey(MASTER_KEY, i) for i in range(1, 8)}
     for i in range(1, 8):
@@ -811,6 +852,34 @@ def main() -> int:
     opened = aead_open(keys[SUBKEY_CONTENT], record[72:96], record[96:72 + len(old_slot)],
                        FILE_ID + u64(BLOCK_INDEX))
     check("roundtrip:journal_record_slot_opens", repr(opened), repr(BLOCK_PLAINTEXT))
+
+    # §14 reverse views: docs/ at the root, docs/hello.txt (00 … 63, one link), docs/link
+    # (to hello.txt, one link), and inode 1234567 of more links
+    k_rev = keys[REVERSE_KEY]
+    root_iv = reverse_root_iv(k_rev)
+    docs_iv = reverse_dir_iv(k_rev, root_iv, b"docs")
+    check("reverse_root_iv", root_iv.hex())
+    check("reverse_dir_iv", docs_iv.hex())
+    check("reverse_diriv_file", directory_iv_file(docs_iv, directory_tag(keys[SUBKEY_PLACE], docs_iv, root_iv, b"docs")).hex())
+    rev_id = reverse_entry_id(k_rev, docs_iv, b"hello.txt")
+    check("reverse_file_id", rev_id.hex())
+    check("reverse_file_header", content_header_v2(rev_id, place_tag(keys[SUBKEY_PLACE], rev_id, docs_iv, b"hello.txt")).hex())
+    rev_plain = seq(0x00, 0x63)
+    rev_nonce = reverse_block_nonce(k_rev, rev_id, 0, rev_plain)
+    rev_block = final_block(xchacha_file_key(keys[SUBKEY_CONTENT], rev_id), rev_id, 0, rev_nonce, rev_plain)
+    check("reverse_final_block_0", rev_block.hex())
+    check("roundtrip:reverse_final_block_0_opens",
+          repr(aead_open(xchacha_file_key(keys[SUBKEY_CONTENT], rev_id), rev_block[:24], rev_block[24:], rev_id + u64(0))),
+          repr(rev_plain))
+    gcm_nonce = reverse_block_nonce(k_rev, rev_id, 0, rev_plain, gcm=True)
+    check("reverse_final_block_0_aes256gcm",
+          (gcm_nonce + aes_gcm_seal(aes_file_key(keys[SUBKEY_CONTENT], rev_id), gcm_nonce[:12], rev_plain,
+                                    rev_id + u64(0))).hex())
+    check("reverse_linked_file_id", reverse_linked_id(k_rev, 1234567).hex())
+    link_id = reverse_entry_id(k_rev, docs_iv, b"link")
+    stored = symlink_stored(keys[SUBKEY_METADATA], reverse_symlink_nonce(k_rev, link_id, b"hello.txt"), b"hello.txt")
+    check("reverse_symlink_stored", stored)
+    check("roundtrip:reverse_symlink_opens", repr(symlink_open(keys[SUBKEY_METADATA], stored)), repr(b"hello.txt"))
 
     # every vector of the document must have been checked
     checked = {name for name, _, _ in results}
