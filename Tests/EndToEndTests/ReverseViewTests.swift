@@ -140,9 +140,13 @@ final class ReverseViewTests: EndToEndCase {
         assertOK(Harness.sh("cd '\(plain)' && touch a.tmp docs/b.tmp && mkdir -p cache/x docs/private && echo p > docs/private/p"), "more")
         let passfile = initView(plain)
         let view = mountView(plain, passfile: passfile, ["--exclude", "*.tmp", "--exclude", "cache", "--exclude", "/docs/private"])
-        for write in ["touch '\(view)/new'", "mkdir '\(view)/new'", "rm '\(view)/coffer.diriv'", "chmod 700 '\(view)'",
-                      "mv '\(view)/coffer.conf' '\(view)/x'", "truncate -s 0 '\(view)/coffer.conf'",
-                      "setfattr -n user.x -v 1 '\(view)/coffer.conf'"] {
+        // What pjdfstest asks of a read-only file system: every change refused with EROFS.
+        let file = "'\(view)/coffer.conf'"
+        for write in ["touch '\(view)/new'", "mkdir '\(view)/new'", "mkfifo '\(view)/new'", "mknod '\(view)/new' c 1 3",
+                      "ln -s x '\(view)/new'", "ln \(file) '\(view)/new'", "rm \(file)", "for d in '\(view)'/*/; do rmdir \"$d\"; exit $?; done",
+                      "mv \(file) '\(view)/x'", "chmod 700 \(file)", "chown 1:1 \(file)", "touch -d 2001-01-01 \(file)",
+                      "truncate -s 0 \(file)", "echo x >> \(file)", "python3 -c 'open(\"\(view)/coffer.conf\", \"r+b\")'",
+                      "setfattr -n user.x -v 1 \(file)"] {
             let r = Harness.sh(write)
             XCTAssertNotEqual(r.status, 0, write)
             XCTAssertTrue(r.stderr.contains("Read-only file system"), "\(write): \(r.stderr)")
@@ -238,6 +242,45 @@ final class ReverseViewTests: EndToEndCase {
         XCTAssertTrue(Harness.sh("grep 'Max open files' /proc/\(pid)/limits").stdout.contains("256"), "the daemon's limit")
         assertOK(Harness.sh("tar -cf - -C '\(view)' . | tar -tf - | grep -c . | grep -x 3063 > /dev/null"),
                  "tar of the whole view (3,000 files, 30 directories with their IV files, the root's IV file and config)")
+    }
+
+    /// A view's daemon keeps its keys as a vault's does: while it serves, the view's
+    /// subkeys are in its memory and the master key is not, nor the passphrase, nor the
+    /// plaintext of a file the backup read through it.
+    func testAViewsDaemonHoldsNeitherTheMasterKeyNorWhatItRead() throws {
+        if let sanitizer = Harness.sanitizer { throw XCTSkip("a memory scan reads no \(sanitizer) sanitizer's address space") }
+        let plain = scratch.mkdir("plain")
+        let marker = "PLAINTEXT-MARKER-\(getpid())-"
+        assertOK(Harness.sh("cd '\(plain)' && for i in $(seq 1 300); do printf '\(marker)%06d\\n' $i; done > doc"), "plaintext")
+        let passfile = initView(plain)
+        let view = mountView(plain, passfile: passfile)
+        let vectors = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("vectors").path
+        let script = Harness.memoryScan + """
+            import json, os, subprocess, sys
+            plain, view, recovery, passfile, marker, vectors = sys.argv[1:7]
+            sys.path.insert(0, vectors)
+            import check_format as f
+            conf = json.load(open(os.path.join(plain, ".coffer.reverse.conf")))
+            k = conf["kdf"]
+            canonical = f.canonical_parameters(conf["format"], conf["created"], conf["contentCipher"], conf["blockSize"],
+                                               k["algorithm"], k["opsLimit"], k["memLimit"], f.b64url_decode(k["salt"]))
+            slot = next(s for s in conf["slots"] if s["kind"] == "recovery")
+            master = f.unwrap_key_slot(f.kek_rec(f.parse_recovery_key(open(recovery).read())), slot["wrappedKey"], canonical, "recovery")
+            needles = {"master": master, "subkey 10": f.subkey(master, 10), "subkey 1": f.subkey(master, 1),
+                       "passphrase": open(passfile, "rb").read().rstrip(b"\\n"), "plaintext": marker.encode()}
+            subprocess.run(f"tar -cf - -C '{view}' . | cat > /dev/null", shell=True, check=True)
+            pid = int(subprocess.run(["pgrep", "-f", "--", f"--reverse.*{view}"], capture_output=True, text=True).stdout.split()[0])
+            print("scan", json.dumps(scan(pid, needles), sort_keys=True))
+            """
+        let r = Harness.run(["python3", "-c", script, plain, view, scratch.path + "/view.recovery", passfile, marker, vectors], timeout: 120)
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        let found = Harness.scanCounts(r.stdout, "scan ")
+        XCTAssertGreaterThan(found["subkey 10"] ?? 0, 0, "the scan finds the view's own key: \(r.stdout)")
+        XCTAssertGreaterThan(found["subkey 1"] ?? 0, 0, "the scan finds the content key: \(r.stdout)")
+        for name in ["master", "passphrase", "plaintext"] {
+            XCTAssertEqual(found[name], 0, "\(name) in the view's daemon: \(r.stdout)")
+        }
     }
 
     func testAViewsMistakesHaveTheirMessagesAndStatuses() {
