@@ -97,7 +97,10 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         case .notAReverseSource(let path):
             return "\(path) has no reverse view's config (\(ReverseFormat.configName)): make one with coffer init --reverse \(path)"
         case .reverseConfigExists(let path):
-            return "\(path) has a reverse view's config already (\(ReverseFormat.configName)); it keeps its key, and a new one would change every byte of the view"
+            return """
+                \(path) has a reverse view's config already (\(ReverseFormat.configName)); it keeps its key, and a new one would change \
+                every byte of the view
+                """
         case .alreadyMounted(let path): return "\(path) is already mounted by another coffer daemon (one vault, one mount)"
         case .configMalformed(let reason): return "the vault config is malformed: \(reason)"
         case .configDamaged: return "the vault config was modified or damaged: its parameters do not match their checksum"

@@ -39,7 +39,8 @@ final class ReverseDaemon {
         target = try MountPoint.checkUsable(settings.mountpoint)
         // A view mounted inside PLAINDIR would list itself, and each read of it read it again.
         if let plain = MountPoint.canonical(settings.plaindir), (target + "/").hasPrefix(plain == "/" ? "/" : plain + "/") {
-            throw CommandFailure(status: .usage, message: "\(settings.mountpoint) is inside \(settings.plaindir): a view cannot be mounted in what it shows")
+            throw CommandFailure(status: .usage,
+                                 message: "\(settings.mountpoint) is inside \(settings.plaindir): a view cannot be mounted in what it shows")
         }
         guard let secret = try passphrase() else {
             throw CommandFailure(status: .passphraseUnreadable, message: ReverseDaemon.noPassphrase)
