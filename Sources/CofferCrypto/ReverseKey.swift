@@ -7,9 +7,6 @@ import Dispatch
 import Synchronization
 
 public final class ReverseKey: Sendable {
-    /// Bytes of a directory IV and of an entry ID.
-    public static let idSize = 16
-
     private let key: SecureBytes
 
     /// K_rev of `master` (subkey 10).

@@ -184,7 +184,7 @@ enum ReverseOperations {
                     var node: UInt64?
                     if !listed.isDotOrDotDot {
                         do {
-                            let entry = try fs.lookupListed(parent: ino, listed)
+                            let entry = try fs.lookup(parent: ino, name: listed.name)
                             param = entryParam(entry)
                             node = entry.node
                         } catch let error as Errno where error.code == ENOENT {

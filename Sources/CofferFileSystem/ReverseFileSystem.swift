@@ -62,6 +62,10 @@ public final class ReverseFileSystem: Sendable {
         self.logger = logger
         rootDirectory = try source.root.reopenDirectory(flags: O_RDONLY)
         config = try Sys.readFile(ReverseFormat.configName, in: source.root.rawValue, limit: 64 << 10)
+        // The bytes served are the config the keys came from, not one put in its place since.
+        guard (try? VaultConfig.parse(config)) == source.config else {
+            throw VaultError.configMalformed(reason: "\(ReverseFormat.configName) changed while the view was being mounted")
+        }
         configStat = try Sys.stat(ReverseFormat.configName, in: source.root.rawValue)
         let st = try Sys.stat(rootDirectory.rawValue)
         let iv = try format.reverse.rootIV()
@@ -79,18 +83,18 @@ public final class ReverseFileSystem: Sendable {
         guard case .directory(let iv, let foreign) = dir.kind else { throw Errno(ENOTDIR) }
         if name == DirectoryIV.fileName {
             let content = try format.ivFile(iv: iv, parentIV: dir.parent.map(\.iv) ?? [], name: dir.name)
-            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, key: $1, content: content, parent: dir) })
+            return try enterOwn(.own(of: dir.id, name: name), content: content, in: dir)
         }
         guard !foreign else { throw Errno(ENOENT) }
         if dir.id == Self.rootID && name == VaultConfig.fileName {
-            return try enter(.own(of: dir.id, name: name), make: { [config] in Node(own: $0, key: $1, content: config, parent: dir) })
+            return try enterOwn(.own(of: dir.id, name: name), content: config, in: dir)
         }
         if name.hasPrefix(NameTransform.longNamePrefix) && name.hasSuffix(NameTransform.sidecarSuffix) {
             let hashed = String(name.dropLast(NameTransform.sidecarSuffix.count))
             guard let plain = try longName(hashed, in: dir), case .long(_, let encoded) = try format.backingName(plain, dirIV: iv) else {
                 throw Errno(ENOENT)
             }
-            return try enter(.own(of: dir.id, name: name), make: { Node(own: $0, key: $1, content: Array(encoded.utf8), parent: dir) })
+            return try enterOwn(.own(of: dir.id, name: name), content: Array(encoded.utf8), in: dir)
         }
         let plain: [UInt8]
         if name.hasPrefix(NameTransform.longNamePrefix) {
@@ -112,7 +116,7 @@ public final class ReverseFileSystem: Sendable {
         }
         let key: ReverseNodeKey = st.st_mode & S_IFMT == S_IFREG && st.st_nlink > 1 ? .inode(UInt64(st.st_ino))
             : .entry(of: dir.id, name: plain)
-        return try enter(key, ino: UInt64(st.st_ino), make: { id, key in
+        let node = try enter(key, ino: UInt64(st.st_ino), make: { id, key in
             let kind: Node.Kind
             if st.st_mode & S_IFMT == S_IFDIR {
                 kind = .directory(iv: try self.format.reverse.directoryIV(parentIV: dir.iv, name: plain),
@@ -123,12 +127,20 @@ public final class ReverseFileSystem: Sendable {
             return Node(id: id, key: key, kind: kind, parent: dir, name: plain, path: dir.path.isEmpty ? plain : dir.path + [0x2f] + plain,
                         ino: UInt64(st.st_ino), device: st.st_dev)
         })
+        // The attributes from the stat just made, not from a second one.
+        return Entry(node: node.id, attributes: viewed(st, of: node))
+    }
+
+    /// The node of a file of the view's own, `content` its bytes, in directory node `dir`.
+    private func enterOwn(_ key: ReverseNodeKey, content: [UInt8], in dir: Node) throws -> Entry {
+        let node = try enter(key, make: { Node(own: $0, key: $1, content: content, parent: dir) })
+        return Entry(node: node.id, attributes: try attributes(of: node))
     }
 
     /// The node for `key`: the one there if it is still the same inode (then one more
     /// lookup), else a new one `make` builds with a new ID.
-    private func enter(_ key: ReverseNodeKey, ino: UInt64? = nil, make: (UInt64, ReverseNodeKey) throws -> Node) throws -> Entry {
-        let node: Node = try nodes.withLock { index in
+    private func enter(_ key: ReverseNodeKey, ino: UInt64? = nil, make: (UInt64, ReverseNodeKey) throws -> Node) throws -> Node {
+        try nodes.withLock { index in
             if let id = index.byKey[key], let known = index.byID[id], ino == nil || known.ino == ino {
                 known.lookups.add(1, ordering: .relaxed)
                 return known
@@ -140,7 +152,6 @@ public final class ReverseFileSystem: Sendable {
             made.lookups.store(1, ordering: .relaxed)
             return made
         }
-        return Entry(node: node.id, attributes: try attributes(of: node))
     }
 
     /// FORGET: the kernel dropped `count` lookups of `id`.
@@ -184,7 +195,12 @@ public final class ReverseFileSystem: Sendable {
             st.st_blocks = (st.st_size + 511) / 512
             return st
         }
-        var st = try withEntry(node, flags: O_PATH) { $1 }
+        return viewed(try withEntry(node, flags: O_PATH) { $1 }, of: node)
+    }
+
+    /// The view's attributes of `node` whose plaintext entry has attributes `st`.
+    private func viewed(_ st: stat, of node: Node) -> stat {
+        var st = st
         switch st.st_mode & S_IFMT {
         case S_IFREG: st.st_size = Int(ReverseFormat.cipherSize(plainSize: Int64(st.st_size)))
         case S_IFLNK: st.st_size = Int(ReverseFormat.symlinkSize(targetLength: Int(st.st_size)))
@@ -314,11 +330,6 @@ public final class ReverseFileSystem: Sendable {
         return listed[min(offset, listed.count)...]
     }
 
-    /// The node of listed entry `listed` of directory `parent` (READDIRPLUS).
-    public func lookupListed(parent: UInt64, _ listed: Listed) throws -> Entry {
-        try lookup(parent: parent, name: listed.name)
-    }
-
     // MARK: Names
 
     /// Whether `plain`, an entry of directory node `dir`, is in the view: not the config,
@@ -347,13 +358,11 @@ public final class ReverseFileSystem: Sendable {
 
 /// What the kernel may name: every node by ID, and the node of each entry by what it is.
 struct ReverseNodeIndex {
-    let root: ReverseFileSystem.Node
     var byID: [UInt64: ReverseFileSystem.Node]
     var byKey: [ReverseNodeKey: UInt64] = [:]
     var nextID = ReverseFileSystem.rootID + 1
 
     init(root: ReverseFileSystem.Node) {
-        self.root = root
         byID = [root.id: root]
     }
 }

@@ -14,19 +14,15 @@ extension Sys {
 
     /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
     public static func readDirectoryBytes(_ dir: Int32) throws -> [ByteEntry] {
-        let fd = try FileDescriptor.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
-        guard let stream = fdopendir(fd.rawValue) else { throw Errno.current("fdopendir") }
-        // The stream owns the descriptor now: closedir closes it.
-        _ = fd.release()
-        defer { closedir(stream) }
         var entries: [ByteEntry] = []
         let offset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
-        while let entry = readdir(stream) {
+        try forEachEntry(in: dir) { entry in
             // d_name read in place up to its NUL (DirectoryEntry says why).
             let start = UnsafeRawPointer(entry).advanced(by: offset).assumingMemoryBound(to: CChar.self)
             let name = [UInt8](UnsafeRawBufferPointer(start: start, count: strlen(start)))
-            if name == [0x2e] || name == [0x2e, 0x2e] { continue }
-            entries.append(ByteEntry(name: name, ino: UInt64(entry.pointee.d_ino), type: entry.pointee.d_type))
+            if name != [0x2e] && name != [0x2e, 0x2e] {
+                entries.append(ByteEntry(name: name, ino: UInt64(entry.pointee.d_ino), type: entry.pointee.d_type))
+            }
         }
         return entries
     }
@@ -36,14 +32,6 @@ extension Sys {
         var st = Glibc.stat()
         try withCName(name) { c in try retryOnInterrupt("fstatat") { Glibc.fstatat(dir, c, &st, AT_SYMLINK_NOFOLLOW) } }
         return st
-    }
-
-    /// openat(2) of `name` in `dir` with O_CLOEXEC and O_NOFOLLOW.
-    public static func open(bytes name: [UInt8], in dir: Int32, flags: Int32) throws -> FileDescriptor {
-        let fd = try withCName(name) { c in
-            try retryOnInterrupt("openat") { Glibc.openat(dir, c, flags | O_CLOEXEC | O_NOFOLLOW, 0) }
-        }
-        return FileDescriptor(owning: fd)
     }
 
     /// readlinkat(2) of `name` in `dir`: the target's bytes.

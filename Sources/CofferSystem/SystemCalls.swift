@@ -252,17 +252,23 @@ public enum Sys {
 
     /// The entries of directory `dir` (without "." and ".."), read through a new descriptor.
     public static func readDirectory(_ dir: Int32) throws -> [DirectoryEntry] {
+        var entries: [DirectoryEntry] = []
+        try forEachEntry(in: dir) { entry in
+            let found = DirectoryEntry(entry)
+            if found.name != "." && found.name != ".." { entries.append(found) }
+        }
+        return entries
+    }
+
+    /// Calls `body` with each entry of directory `dir` as readdir lays it out ("." and ".."
+    /// included), read through a new descriptor.
+    static func forEachEntry(in dir: Int32, _ body: (UnsafePointer<dirent>) throws -> Void) throws {
         let fd = try FileDescriptor.open(".", in: dir, flags: O_RDONLY | O_DIRECTORY)
         guard let stream = fdopendir(fd.rawValue) else { throw Errno.current("fdopendir") }
         // The stream owns the descriptor now: closedir closes it.
         _ = fd.release()
         defer { closedir(stream) }
-        var entries: [DirectoryEntry] = []
-        while let entry = readdir(stream) {
-            let found = DirectoryEntry(entry)
-            if found.name != "." && found.name != ".." { entries.append(found) }
-        }
-        return entries
+        while let entry = readdir(stream) { try body(entry) }
     }
 
     /// The names in directory `dir` (without "." and "..").
