@@ -280,7 +280,8 @@ extension PlainFileSystem {
     ///
     /// `toDomain` (format 8): the key domain of the destination, if not `dir`'s: the tag is
     /// that domain's, and a file's key is wrapped anew in it (also a linked file's); a file
-    /// whose key is still in a key record (made while locked) is not moved (EXDEV).
+    /// whose key is still in a key record (made while locked) is not moved (EXDEV); one
+    /// bound in that domain already (a resumed class change) is left as it is.
     func rebind(_ file: BackingFile, stat known: stat? = nil, shownAs name: [UInt8], in dir: Node, to place: Place?,
                 toDomain: KeyDomain? = nil, keys: Keys) throws -> (() -> Void)? {
         guard let st = known ?? (try? file.stat()) else { return nil }
@@ -296,10 +297,14 @@ extension PlainFileSystem {
         let macs = set.places
         return try withContentDescriptor(file, stat: st) { fd in
             let content = ContentFile(fd: fd, cipher: set.content, layout: layout)
-            guard let header = try? content.header(), let old = header.placeTag,
-                  (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else {
+            guard let header = try? content.header(), let old = header.placeTag else { return nil }
+            // Crossing, a header with the destination domain's tag has its wrap too (one
+            // write): a class change a crash cut between this write and the rename, resumed.
+            // The place xattr would pass it as stale here, and its wrap opens only there.
+            if crossing, try PlaceBinding.tag(old, of: header.fileID, fitsOneOf: place.map { [$0] } ?? [], macs: target.places) {
                 return nil
             }
+            guard (try? PlaceBinding.check(header, places: places, xattrOf: fd, macs: macs)) != nil else { return nil }
             let isLinked = PlaceMAC.equal(old, try macs.linkedTag(fileID: header.fileID.bytes))
             if isLinked && !crossing { return nil }
             // A linked file keeps the linked tag (in the destination's domain).

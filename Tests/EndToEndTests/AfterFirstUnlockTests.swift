@@ -145,41 +145,43 @@ final class AfterFirstUnlockTests: EndToEndCase {
         old.unmount()
     }
 
-    /// The daemon is killed in the middle of a class change of a directory of 2,000
-    /// files: fsck says the change was cut (no damage); the next mount finishes it when
-    /// the directory is entered, every file reads as it was, and fsck is clean.
+    /// The daemon is killed in the middle of a class change, at two points strace picks in
+    /// the thread that runs it: at its 30th rename, after that file's header and key wrap
+    /// went to the new domain and before its name did (a resumed change must take the file
+    /// as moved: its place xattr still passes it in the old domain); and at its 30th header
+    /// write, after the place xattr and before the header. Each time fsck says the change
+    /// was cut (no damage); the next mount finishes it when the directory is entered, every
+    /// file reads as it was, and fsck is clean.
     func testAClassChangeCutByACrashIsFinishedByTheNextMount() {
         let vault = vaultWithMail()
-        assertOK(vault.sh("mkdir docs/many && cd docs/many && for i in $(seq 2000); do echo \"file $i\" > f$i; done"), "files")
-        let before = vault.sh("cat docs/many/* | md5sum").stdout
-        let backing = vault.backingPath(of: "docs/many")
-        guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
-        // Stopped once some entries have moved (their backing names are gone) and most
-        // have not, then killed.
-        let cut = vault.sh("""
-            python3 - '\(backing)' \(pid) '\(Harness.coffer)' <<'PY'
-            import os, signal, subprocess, sys, time
-            backing, pid, coffer = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-            before = set(os.listdir(backing))
-            subprocess.Popen([coffer, "protect", "--class", "after-first-unlock", "docs/many"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            while len(before - set(os.listdir(backing))) < 20: time.sleep(0.002)
-            os.kill(pid, signal.SIGSTOP)
-            left = len(before & set(os.listdir(backing)))
-            print("stopped in the middle" if left > 500 else "stopped late: %d left" % left)
-            PY
-            """)
-        vault.killDaemon(pid: pid)
-        XCTAssertEqual(cut.stdout, "stopped in the middle\n", cut.stderr)
-        let cutFsck = vault.fsck()
-        XCTAssertEqual(cutFsck.status, 0, cutFsck.stdout + cutFsck.stderr)
-        XCTAssertTrue(cutFsck.stdout.contains("class: /docs/many: protection class changing from complete to after-first-unlock, cut by a crash"),
-                      cutFsck.stdout)
-        vault.mount()
-        let after = vault.sh("cat docs/many/* | md5sum; ls docs/many | wc -l; '\(Harness.coffer)' protect docs/many")
-        XCTAssertEqual(after.stdout, before + "2000\ndocs/many: after-first-unlock\n", after.stderr + vault.log)
-        XCTAssertTrue(vault.log.contains("/docs/many (backing inode"), vault.log)
-        XCTAssertTrue(vault.log.contains("finishing its class change to after-first-unlock"), vault.log)
+        for (dir, call) in [("docs/many", "renameat2"), ("docs/more", "pwrite64")] {
+            assertOK(vault.sh("mkdir \(dir) && cd \(dir) && for i in $(seq 300); do echo \"file $i\" > f$i; done"), "files")
+            let before = vault.sh("cat \(dir)/* | md5sum").stdout
+            let backing = vault.backingPath(of: dir)
+            guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
+            let names = { Set(Harness.sh("ls -A '\(backing)'").stdout.split(separator: "\n")) }
+            let original = names()
+            let cut = vault.sh("""
+                strace -f -qq -o /dev/null -e trace=\(call) -e inject=\(call):error=EIO:signal=KILL:when=30 -p \(pid) & s=$!
+                until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
+                '\(Harness.coffer)' protect --class after-first-unlock \(dir) > /dev/null 2>&1
+                sleep 0.5; kill -INT $s 2>/dev/null; wait $s
+                """)
+            vault.killDaemon(pid: pid)
+            // Cut in the middle: about 29 files have new names, the rest their old ones.
+            let moved = original.subtracting(names()).count
+            XCTAssertTrue((20...40).contains(moved), "\(call): \(moved) of 300 moved; \(cut.stderr)")
+            let cutFsck = vault.fsck()
+            XCTAssertEqual(cutFsck.status, 0, cutFsck.stdout + cutFsck.stderr)
+            XCTAssertTrue(cutFsck.stdout.contains("class: /\(dir): protection class changing from complete to after-first-unlock, cut by a crash"),
+                          "\(call): \(cutFsck.stdout)")
+            vault.mount()
+            let after = vault.sh("cat \(dir)/* | md5sum; ls \(dir) | wc -l; '\(Harness.coffer)' protect \(dir)")
+            XCTAssertEqual(after.stdout, before + "300\n\(dir): after-first-unlock\n", "\(call): " + after.stderr + vault.log)
+            XCTAssertTrue(vault.log.contains("/\(dir) (backing inode"), vault.log)
+            XCTAssertTrue(vault.log.contains("finishing its class change to after-first-unlock"), vault.log)
+            XCTAssertFalse(vault.log.contains("could not be finished"), vault.log)
+        }
         vault.unmount()
         let fsck = vault.fsck()
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
