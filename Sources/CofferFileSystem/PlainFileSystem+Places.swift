@@ -57,6 +57,21 @@ extension PlainFileSystem {
         return nil
     }
 
+    /// The key wrap of the file of `header` (format 8) in key domain `domain`, if its wrap
+    /// is in the other domain (a move between the domains was cut, or is being made); nil
+    /// if it is in `domain` already, or the file has no wrap. Throws if neither opens it.
+    func keyWrap(of header: FileHeader, in domain: KeyDomain, keys: Keys) throws -> [UInt8]? {
+        guard let wrap = header.keyWrap, !header.isSealed else { return nil }
+        let own = try keys.of(domain).set.metadata, id = header.fileID.bytes
+        if let key = try? FileKeyWrap.unwrap(wrap, fileID: id, under: own) {
+            key.wipe()
+            return nil
+        }
+        let key = try FileKeyWrap.unwrap(wrap, fileID: id, under: try keys.of(domain == .vault ? .afterFirstUnlock : .vault).set.metadata)
+        defer { key.wipe() }
+        return try FileKeyWrap.wrap(key, fileID: id, under: own)
+    }
+
     /// The same under `cipher`: the vault's content cipher, or a file's own (its key kept
     /// through a lock); the file's prepared key is kept in the node while it is open.
     func content(_ fd: Int32, of node: Node, cipher: ContentCipher, safety: RewriteSafety? = nil) -> ContentFile {
@@ -243,7 +258,9 @@ extension PlainFileSystem {
             if case .xattr(let tag) = try PlaceBinding.check(header, places: places, xattrOf: fd,
                                                              macs: macs), journal?.foundAtOpen == true {
                 if let writable = try? openForReadModifyWrite(node, flags: O_RDWR, userWantsRead: false) {
-                    try? content(writable.rawValue, of: node, keys: keys).setPlaceTag(tag)
+                    // A move between key domains: the wrap of the header is stale too.
+                    let wrap = try? keyWrap(of: header, in: node.keyDomain, keys: keys)
+                    try? content(writable.rawValue, of: node, keys: keys).setPlaceTag(tag, keyWrap: wrap)
                 }
             }
         }
@@ -312,11 +329,9 @@ extension PlainFileSystem {
             let new = try bound.map { try target.places.tag(fileID: header.fileID.bytes, dirIV: $0.dirIV, name: $0.name) }
                 ?? target.places.linkedTag(fileID: header.fileID.bytes)
             var wrap: [UInt8]?
-            if crossing, let oldWrap = header.keyWrap {
+            if crossing, let toDomain, header.keyWrap != nil {
                 guard !header.isSealed else { throw Errno(EXDEV, "a file made while locked moves across key domains once converted") }
-                let key = try FileKeyWrap.unwrap(oldWrap, fileID: header.fileID.bytes, under: set.metadata)
-                defer { key.wipe() }
-                wrap = try FileKeyWrap.wrap(key, fileID: header.fileID.bytes, under: target.metadata)
+                wrap = try keyWrap(of: header, in: toDomain, keys: keys)
             }
             try PlaceBinding.rewrite(content, from: old, to: new, keyWrap: wrap, keeping: [st.st_atim, st.st_mtim])
             return { [layout] in

@@ -86,6 +86,41 @@ final class AfterFirstUnlockTests: EndToEndCase {
         XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
     }
 
+    /// A power cut in moves between the key domains kept the renames and place xattrs but
+    /// not the new headers (old tag, old domain's key wrap). The mount after it mends a
+    /// header when its file is opened, wrap included: the moved file then reads through a
+    /// lock in its new class. One not opened before a clean unmount keeps its stale header;
+    /// it still moves back across the domains. fsck is clean.
+    func testMovesBetweenDomainsCutByAPowerCutAreMended() {
+        let vault = vaultWithMail()
+        // The header of version 4 is the first 106 bytes (FORMAT.md §12, "Format 8").
+        let header = "head -c 106 \"$(find \"$C\" -inum $(stat -c %i \"$1\"))\""
+        assertOK(vault.sh("""
+            h() { \(header); }; h docs/d > ../d.header && h mail/1 > ../1.header
+            mv docs/d mail/d && mv mail/1 docs/1
+            """), "moves")
+        let moved = [vault.backingPath(of: "mail/d"), vault.backingPath(of: "docs/1")]
+        vault.killDaemon()
+        assertOK(Harness.sh("""
+            dd if='\(scratch.path)/d.header' of='\(moved[0])' conv=notrunc status=none
+            dd if='\(scratch.path)/1.header' of='\(moved[1])' conv=notrunc status=none
+            """), "the headers as they were before the moves")
+        vault.mount()
+        XCTAssertEqual(vault.sh("cat mail/d").stdout, "a document\n", vault.log)
+        vault.unmount()
+        vault.mount()
+        // Looked up before the lock (a fresh mount's class is reached along known paths).
+        assertOK(vault.sh("stat mail/d > /dev/null && '\(Harness.coffer)' lock \"$M\" > /dev/null"), "lock")
+        let locked = vault.sh("cat mail/d")
+        XCTAssertEqual(locked.stdout, "a document\n", "a mended file moved into mail/ reads through a lock: \(locked.stderr)")
+        assertOK(vault.sh("'\(Harness.coffer)' unlock --passfile '\(vault.passfile)' \"$M\" > /dev/null"), "unlock")
+        let back = vault.sh("mv docs/1 mail/one && mv mail/d docs/d && cat mail/one docs/d")
+        XCTAssertEqual(back.stdout, "first message\na document\n", back.stderr + vault.log)
+        vault.unmount()
+        let fsck = vault.fsck()
+        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+    }
+
     /// A tree made in a complete directory — big and small files, a long name, symlinks
     /// (one with a long target), xattrs, a FIFO, a subdirectory — takes the class with
     /// `coffer protect`: every entry reads as before, with its mode and times, and a big
