@@ -361,7 +361,18 @@ public final class VaultChecker {
         let outer = domain
         defer { domain = outer }
         domain = domain(of: dir)
-        checkXattrs(Sys.procPath(dir), path: path)
+        // A class change between key domains that a crash cut (format 8): its names and
+        // its own xattrs are in both domains until a mount finishes it.
+        let record = afterFirstUnlock.flatMap { afterFirstUnlock in
+            (try? DirectoryIV.read(in: dir, bound: bindsDirectories)).flatMap {
+                try? ProtectionClass.readRecord(in: dir, dirIV: $0.iv, box: vaultKeys.metadata, afterFirstUnlock: afterFirstUnlock.keys.metadata)
+            }
+        }
+        if case .converting? = record, let afterFirstUnlock {
+            checkXattrs(Sys.procPath(dir), path: path, in: [vaultCodecs, afterFirstUnlock.codecs])
+        } else {
+            checkXattrs(Sys.procPath(dir), path: path)
+        }
         let iv: [UInt8]
         do {
             let record = try DirectoryIV.read(in: dir, bound: bindsDirectories)
@@ -395,10 +406,7 @@ public final class VaultChecker {
             }
             return checkDirectory(dir, path: path, places: places)
         }
-        // A class change between key domains that a crash cut (format 8): its names are in
-        // both domains until a mount finishes it.
-        if let afterFirstUnlock, case .converting(let from, let to)? = try? ProtectionClass.readRecord(
-            in: dir, dirIV: iv, box: vaultKeys.metadata, afterFirstUnlock: afterFirstUnlock.keys.metadata) {
+        if case .converting(let from, let to)? = record {
             summary.classed += 1
             var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
                                     what: "protection class changing from \(from.name) to \(to.name), cut by a crash (or arriving from "
@@ -656,10 +664,11 @@ public final class VaultChecker {
         progress(summary)
     }
 
-    private func checkXattrs(_ procPath: String, path: String) {
+    /// `domains`: the codecs an xattr may be sealed under (nil: the current domain's).
+    private func checkXattrs(_ procPath: String, path: String, in domains: [VaultCodecs]? = nil) {
         guard let list = try? Sys.listXattrs(procPath) else { return }
         for backing in list where backing.hasPrefix(XattrCodec.backingPrefix) && backing != PlaceBinding.xattrName {
-            guard codecs.xattrs.plaintextName(ofBacking: backing) != nil else {
+            guard let codecs = (domains ?? [codecs]).first(where: { $0.xattrs.plaintextName(ofBacking: backing) != nil }) else {
                 problem(path, "xattr name failed authentication", backingName: backing)
                 continue
             }

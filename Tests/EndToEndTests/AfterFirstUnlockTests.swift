@@ -2,6 +2,7 @@
 // directories keep working through `coffer lock` — read, write, reopen, create, rename,
 // list, make directories, a database reopened — while the rest of the vault locks;
 // `coffer lock --all` locks them too; a file moves between key domains by its key alone.
+import CofferSystem
 import Foundation
 import XCTest
 
@@ -180,46 +181,84 @@ final class AfterFirstUnlockTests: EndToEndCase {
         old.unmount()
     }
 
-    /// The daemon is killed in the middle of a class change, at two points strace picks in
-    /// the thread that runs it: at its 30th rename, after that file's header and key wrap
-    /// went to the new domain and before its name did (a resumed change must take the file
-    /// as moved: its place xattr still passes it in the old domain); and at its 30th header
-    /// write, after the place xattr and before the header. Each time fsck says the change
-    /// was cut (no damage); the next mount finishes it when the directory is entered, every
-    /// file reads as it was, and fsck is clean.
-    func testAClassChangeCutByACrashIsFinishedByTheNextMount() {
+    /// A class change killed at each kind of step it takes: strace kills the daemon as the
+    /// thread running the change makes its Nth call of one kind (a header or record write,
+    /// an xattr set, a rename, an unlink, a symlink, a time set), both ways between the
+    /// classes, and in some rounds again while the next mount finishes the change. Among
+    /// the points: the 3rd rename, after that file's header and key wrap went to the new
+    /// domain and before its name did (the resumed change must take it as moved, though
+    /// its place xattr still passes it in the old domain). Each time fsck says the change
+    /// was cut and finds no damage (the directory's own xattrs are in either domain until
+    /// then); the mount after finishes it when the directory is entered; every entry is as
+    /// it was — names (a long one), types, sizes, symlink targets (a long one), contents,
+    /// xattrs, a FIFO, a subdirectory — and fsck is clean.
+    func testAClassChangeKilledAtAnyStepIsFinishedByTheNextMount() {
         let vault = vaultWithMail()
-        for (dir, call) in [("docs/many", "renameat2"), ("docs/more", "pwrite64")] {
-            assertOK(vault.sh("mkdir \(dir) && cd \(dir) && for i in $(seq 300); do echo \"file $i\" > f$i; done"), "files")
-            let before = vault.sh("cat \(dir)/* | md5sum").stdout
-            let backing = vault.backingPath(of: dir)
-            guard let pid = vault.daemonPID else { return XCTFail("no daemon") }
-            let names = { Set(Harness.sh("ls -A '\(backing)'").stdout.split(separator: "\n")) }
-            let original = names()
-            let cut = vault.sh("""
-                strace -f -qq -o /dev/null -e trace=\(call) -e inject=\(call):error=EIO:signal=KILL:when=30 -p \(pid) & s=$!
-                until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
-                '\(Harness.coffer)' protect --class after-first-unlock \(dir) > /dev/null 2>&1
-                sleep 0.5; kill -INT $s 2>/dev/null; wait $s
-                """)
-            vault.killDaemon(pid: pid)
-            // Cut in the middle: about 29 files have new names, the rest their old ones.
-            let moved = original.subtracting(names()).count
-            XCTAssertTrue((20...40).contains(moved), "\(call): \(moved) of 300 moved; \(cut.stderr)")
-            let cutFsck = vault.fsck()
-            XCTAssertEqual(cutFsck.status, 0, cutFsck.stdout + cutFsck.stderr)
-            XCTAssertTrue(cutFsck.stdout.contains("class: /\(dir): protection class changing from complete to after-first-unlock, cut by a crash"),
-                          "\(call): \(cutFsck.stdout)")
-            vault.mount()
-            let after = vault.sh("cat \(dir)/* | md5sum; ls \(dir) | wc -l; '\(Harness.coffer)' protect \(dir)")
-            XCTAssertEqual(after.stdout, before + "300\n\(dir): after-first-unlock\n", "\(call): " + after.stderr + vault.log)
-            XCTAssertTrue(vault.log.contains("/\(dir) (backing inode"), vault.log)
-            XCTAssertTrue(vault.log.contains("finishing its class change to after-first-unlock"), vault.log)
-            XCTAssertFalse(vault.log.contains("could not be finished"), vault.log)
-        }
+        assertOK(vault.sh("""
+            mkdir t && cd t && for i in 1 2 3 4 5 6; do echo "f$i" > f$i; done && echo long > "$(printf 'L%.0s' $(seq 200))" &&
+            ln -s f1 s1 && ln -s "$(printf 'x%.0s' $(seq 3500))" slong && mkdir sub && echo deep > sub/x && echo xa > xf &&
+            setfattr -n user.k -v val xf && setfattr -n user.dir -v dv . && mkfifo fifo && head -c 3000000 /dev/urandom > big
+            """), "tree")
+        let look = "cd t && find . -printf '%p %y %s %l\\n' | sort && cat f? L* sub/x xf big | md5sum && getfattr -d xf . && cd .. && '\(Harness.coffer)' protect t"
+        let expected = vault.sh(look).stdout
+        // The vault with t complete, and with t after-first-unlock.
+        let complete = scratch.path + "/t-complete", afterFirstUnlock = scratch.path + "/t-afu"
         vault.unmount()
-        let fsck = vault.fsck()
-        XCTAssertEqual(fsck.status, 0, fsck.stdout + fsck.stderr)
+        assertOK(Harness.sh("cp -a '\(vault.cipherdir)' '\(complete)'"), "copy")
+        vault.mount()
+        assertOK(vault.sh("'\(Harness.coffer)' protect --class after-first-unlock t > /dev/null"), "protect")
+        vault.unmount()
+        assertOK(Harness.sh("cp -a '\(vault.cipherdir)' '\(afterFirstUnlock)'"), "copy")
+        typealias Point = (call: String, n: Int)
+        let rounds: [(to: String, cut: Point, then: Point?)] = [
+            ("after-first-unlock", ("pwrite64", 2), nil), ("after-first-unlock", ("pwrite64", 8), nil),
+            ("after-first-unlock", ("fsetxattr", 1), nil), ("after-first-unlock", ("fsetxattr", 5), nil),
+            ("after-first-unlock", ("setxattr", 1), nil), ("after-first-unlock", ("renameat2", 1), nil),
+            ("after-first-unlock", ("renameat2", 3), nil), ("after-first-unlock", ("renameat2", 8), nil),
+            ("after-first-unlock", ("unlinkat", 2), nil), ("after-first-unlock", ("symlinkat", 2), nil),
+            ("after-first-unlock", ("utimensat", 8), nil),
+            ("complete", ("renameat2", 3), nil), ("complete", ("fsetxattr", 2), nil), ("complete", ("symlinkat", 1), nil),
+            ("after-first-unlock", ("renameat2", 2), ("fsetxattr", 2)), ("after-first-unlock", ("fsetxattr", 6), ("renameat2", 3)),
+            ("complete", ("renameat2", 2), ("symlinkat", 1)),
+        ]
+        for (to, cut, then) in rounds {
+            let round = "to \(to), killed at \(cut.call) \(cut.n)" + (then.map { ", then at \($0.call) \($0.n)" } ?? "")
+            assertOK(Harness.sh("""
+                rm -rf '\(vault.cipherdir)' '\(vault.stateDir)' && cp -a '\(to == "complete" ? afterFirstUnlock : complete)' '\(vault.cipherdir)'
+                """), "restore")
+            vault.mount()
+            XCTAssertTrue(killing(vault, at: cut, during: "'\(Harness.coffer)' protect --class \(to) t"), "\(round): not killed")
+            if let then {
+                vault.mount()
+                XCTAssertTrue(killing(vault, at: then, during: "ls t"), "\(round): not killed while finishing")
+            }
+            let cutFsck = vault.fsck()
+            XCTAssertEqual(cutFsck.status, 0, "\(round): " + cutFsck.stdout + cutFsck.stderr)
+            XCTAssertTrue(cutFsck.stdout.contains("class: /t: protection class changing from "), "\(round): \(cutFsck.stdout)")
+            vault.mount()
+            XCTAssertEqual(vault.sh(look).stdout, expected.replacingOccurrences(of: "t: complete", with: "t: \(to)"), "\(round): \(vault.log)")
+            XCTAssertTrue(vault.log.contains("finishing its class change to \(to)"), "\(round): \(vault.log)")
+            XCTAssertFalse(vault.log.contains("could not be finished"), "\(round): \(vault.log)")
+            vault.unmount()
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 0, "\(round): " + fsck.stdout + fsck.stderr)
+        }
+    }
+
+    /// Runs `script` in the mount while strace kills the daemon as one of its threads makes
+    /// its `at.n`th call `at.call` (the call is not made); clears the dead mount. Whether
+    /// the daemon was killed.
+    private func killing(_ vault: MountedVault, at point: (call: String, n: Int), during script: String) -> Bool {
+        guard let pid = vault.daemonPID else { return false }
+        vault.sh("""
+            strace -f -qq -o /dev/null -e trace=\(point.call) -e inject=\(point.call):error=EIO:signal=KILL:when=\(point.n) -p \(pid) & s=$!
+            until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
+            \(script) > /dev/null 2>&1
+            sleep 0.3; kill -INT $s 2>/dev/null; wait $s
+            """)
+        let state = KernelFiles.text("/proc/\(pid)/stat") ?? ""
+        vault.killDaemon(pid: pid)
+        return state.isEmpty || state.contains(") Z ")
     }
 
     /// Two machines (the vault and a copy of it) change the same directory's class on
