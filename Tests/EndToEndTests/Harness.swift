@@ -85,7 +85,8 @@ enum Harness {
 
     /// Python that defines `scan(pid, needles)`: how often each of the byte strings in the
     /// dict `needles` occurs in the readable memory of process `pid` (read as root through
-    /// /proc/PID/mem), by name.
+    /// /proc/PID/mem), by name; each find is printed too (`hit NAME COUNT in MAPPING`), to
+    /// tell a failure where the copy was.
     static let memoryScan = """
         def scan(pid, needles):
             found = {name: 0 for name in needles}
@@ -98,7 +99,12 @@ enum Harness {
                         mem.seek(lo); region = mem.read(hi - lo)
                     except OSError:
                         continue
-                    for name, needle in needles.items(): found[name] += region.count(needle)
+                    for name, needle in needles.items():
+                        count = region.count(needle)
+                        found[name] += count
+                        if count:  # where, for a failure's message
+                            print("hit", name, count, "in", fields[5] if len(fields) > 5 else "[anonymous]", fields[0], fields[1],
+                                  "first at +%#x" % region.find(needle))
             return found
 
         """
