@@ -93,12 +93,16 @@ extension PlainFileSystem {
             directory.entries = entries
             return
         }
+        var listed: Set<String>?
         for backing in listing {
             if DropName.isDrop(backing.name), keys.vault?.set.drops != nil {
                 // Made while locked, and not converted yet (on another machine, or by a
                 // daemon that ended while locked): an ordinary entry from now on.
                 do {
                     let converted = try convert(backing.name, in: node, keys: keys)
+                    // A symlink converted before a crash took the drop away: listed as itself.
+                    if listed == nil { listed = Set(listing.map(\.name)) }
+                    if listed?.contains(converted.backing) == true { continue }
                     entries.append(ListedEntry(name: converted.name, ino: backing.ino, type: backing.type, backingName: converted.backing))
                 } catch {
                     logger.error("damage: in \(node.plaintextPath): an entry made while locked (\(backing.name)): \(error); entry hidden")

@@ -2,7 +2,6 @@
 // directories keep working through `coffer lock` — read, write, reopen, create, rename,
 // list, make directories, a database reopened — while the rest of the vault locks;
 // `coffer lock --all` locks them too; a file moves between key domains by its key alone.
-import CofferSystem
 import Foundation
 import XCTest
 
@@ -227,10 +226,10 @@ final class AfterFirstUnlockTests: EndToEndCase {
                 rm -rf '\(vault.cipherdir)' '\(vault.stateDir)' && cp -a '\(to == "complete" ? afterFirstUnlock : complete)' '\(vault.cipherdir)'
                 """), "restore")
             vault.mount()
-            XCTAssertTrue(killing(vault, at: cut, during: "'\(Harness.coffer)' protect --class \(to) t"), "\(round): not killed")
+            XCTAssertTrue(vault.killed(at: cut, during: "'\(Harness.coffer)' protect --class \(to) t"), "\(round): not killed")
             if let then {
                 vault.mount()
-                XCTAssertTrue(killing(vault, at: then, during: "ls t"), "\(round): not killed while finishing")
+                XCTAssertTrue(vault.killed(at: then, during: "ls t"), "\(round): not killed while finishing")
             }
             let cutFsck = vault.fsck()
             XCTAssertEqual(cutFsck.status, 0, "\(round): " + cutFsck.stdout + cutFsck.stderr)
@@ -243,22 +242,6 @@ final class AfterFirstUnlockTests: EndToEndCase {
             let fsck = vault.fsck()
             XCTAssertEqual(fsck.status, 0, "\(round): " + fsck.stdout + fsck.stderr)
         }
-    }
-
-    /// Runs `script` in the mount while strace kills the daemon as one of its threads makes
-    /// its `at.n`th call `at.call` (the call is not made); clears the dead mount. Whether
-    /// the daemon was killed.
-    private func killing(_ vault: MountedVault, at point: (call: String, n: Int), during script: String) -> Bool {
-        guard let pid = vault.daemonPID else { return false }
-        vault.sh("""
-            strace -f -qq -o /dev/null -e trace=\(point.call) -e inject=\(point.call):error=EIO:signal=KILL:when=\(point.n) -p \(pid) & s=$!
-            until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
-            \(script) > /dev/null 2>&1
-            sleep 0.3; kill -INT $s 2>/dev/null; wait $s
-            """)
-        let state = KernelFiles.text("/proc/\(pid)/stat") ?? ""
-        vault.killDaemon(pid: pid)
-        return state.isEmpty || state.contains(") Z ")
     }
 
     /// Two machines (the vault and a copy of it) change the same directory's class on

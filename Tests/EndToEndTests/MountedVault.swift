@@ -77,6 +77,22 @@ final class MountedVault {
         Harness.run(["fusermount3", "-u", "-z", mountpoint])
     }
 
+    /// Runs `script` in the mount while strace kills the daemon as one of its threads makes
+    /// its `point.n`th call `point.call` (the call is not made: a crash just before it),
+    /// then clears the dead mount. Whether the daemon was killed.
+    func killed(at point: (call: String, n: Int), during script: String) -> Bool {
+        guard let pid = daemonPID else { return false }
+        sh("""
+            strace -f -qq -o /dev/null -e trace=\(point.call) -e inject=\(point.call):error=EIO:signal=KILL:when=\(point.n) -p \(pid) & s=$!
+            until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
+            \(script) > /dev/null 2>&1
+            sleep 0.3; kill -INT $s 2>/dev/null; wait $s
+            """)
+        let state = KernelFiles.text("/proc/\(pid)/stat") ?? ""
+        killDaemon(pid: pid)
+        return state.isEmpty || state.contains(") Z ")
+    }
+
     /// `coffer fsck` of the vault (unmounted), with `extra` options.
     func fsck(_ extra: [String] = []) -> Outcome {
         Harness.run([Harness.coffer, "fsck", "--passfile", passfile, "--state-dir", stateDir] + extra + [cipherdir],
