@@ -86,6 +86,16 @@ public struct SlotFile: Codable, Equatable, Sendable {
     /// The file name of the slot with `id`.
     public static func fileName(id: String) -> String { id + suffix }
 
+    /// The name slot file `name` takes while it is destroyed (a temp file's, so what
+    /// passes over temp files passes over it).
+    static func removalName(of name: String) -> String { AtomicFile.tempPrefix(of: name) + removalMark }
+
+    /// Whether `name` is what a removal that a crash cut left: a slot file that may still
+    /// hold its wrapped key.
+    public static func isRemovalLeftover(_ name: String) -> Bool { name.hasPrefix(".") && name.hasSuffix(".tmp." + removalMark) }
+
+    private static let removalMark = "removing"
+
     /// Why `label` cannot be a slot's label, or nil if it can: 1–64 bytes, printable, no
     /// control characters, not "passphrase" or "recovery", not 32 hex digits (an id).
     public static func labelProblem(_ label: String) -> String? {

@@ -216,12 +216,21 @@ extension Vault {
     }
 
     /// Destroys every entry of coffer.slots whose record has `id`, but the one named `kept`.
+    /// Each leaves the slots' names first (renamed to a removal's name, the directory
+    /// synced), so a crash before its overwrite ends leaves a removal's leftover — which
+    /// the next removal, `fsck --repair` and a wipe destroy — never a damaged slot.
     private func destroySlotFiles(id: String, keeping kept: String?) throws -> KeySlotReport {
         let dir = try Vault.openSlotDirectory(in: root.rawValue, create: false)
         var report = KeySlotReport()
+        for name in (try? Sys.listDirectory(dir.rawValue)) ?? [] where SlotFile.isRemovalLeftover(name) {
+            Vault.destroy(name, in: dir.rawValue, shownAs: SlotFile.directory + "/" + name, into: &report)
+        }
         for entry in slotEntries() where entry.name != kept {
             guard case .success(let record) = entry.record, record.id == id else { continue }
-            Vault.destroy(entry.name, in: dir.rawValue, shownAs: SlotFile.directory + "/" + entry.name, into: &report)
+            let removing = SlotFile.removalName(of: entry.name)
+            try Sys.rename(entry.name, in: dir.rawValue, to: removing, in: dir.rawValue, flags: RENAME_NOREPLACE)
+            try AtomicFile.syncDirectory(dir.rawValue)
+            Vault.destroy(removing, in: dir.rawValue, shownAs: SlotFile.directory + "/" + entry.name, into: &report)
         }
         // A temp file an interrupted write of this slot left (.<id>.slot.tmp.…) holds its
         // wrapped key too.

@@ -212,14 +212,18 @@ public final class VaultChecker {
     }
 
     /// The entries of coffer.slots (§13): a temp file of an interrupted keyslot add or
-    /// passwd --slot is a leftover (repair destroys it as wipe would: it holds a wrapped
-    /// key); anything else that is not a slot record is damage. A record of a kind this
-    /// coffer does not know is not (a newer coffer's).
+    /// passwd --slot, or a slot file of an interrupted removal, is a leftover (repair
+    /// destroys it as wipe would: it holds a wrapped key); anything else that is not a
+    /// slot record is damage. A record of a kind this coffer does not know is not (a newer
+    /// coffer's).
     private func checkSlotFiles() {
         guard let slots = try? Vault.openSlotDirectory(in: root, create: false),
               let names = try? Sys.listDirectory(slots.rawValue) else { return }
         for name in names.sorted() where name.hasPrefix(".") {
-            leftover("", "temporary file of an interrupted keyslot add or passwd (harmless)", backingName: SlotFile.directory + "/" + name) {
+            let what = SlotFile.isRemovalLeftover(name)
+                ? "a slot whose removal was interrupted (it may still hold its wrapped key: --repair destroys it)"
+                : "temporary file of an interrupted keyslot add or passwd (harmless)"
+            leftover("", what, backingName: SlotFile.directory + "/" + name) {
                 var report = KeySlotReport()
                 Vault.destroy(name, in: slots.rawValue, shownAs: SlotFile.directory + "/" + name, into: &report)
                 if let failed = (report.notDestroyed + report.leftAlone).first { throw SlotFileProblem(failed.what) }

@@ -146,6 +146,40 @@ final class KeySlotTests: EndToEndCase {
         assertOK(Harness.run([Harness.coffer, "fsck", "--passfile", other, vault.cipherdir]), "fsck with the slot's passphrase")
     }
 
+    /// `keyslot remove` killed at each step (strace kills it as it makes its Nth call of a
+    /// kind: the first and second overwrite's write and fsync, the unlink, the rename): the
+    /// slot is there and opens the vault, or its passphrase opens nothing; fsck finds no
+    /// damage (a removal cut after its slot left the slots' names is a leftover that may
+    /// hold the wrapped key, named as such), `keyslot list` lists without complaint, and
+    /// the next removal destroys the leftover.
+    func testASlotRemovalKilledAtAnyStepLeavesNoDamagedSlot() {
+        let vault = MountedVault(scratch: scratch)
+        let other = scratch.file("other.pass", "other words\n"), third = scratch.file("third.pass", "third words\n")
+        assertOK(coffer(["keyslot", "add", "--label", "other", "--passfile", vault.passfile, "--new-passfile", other, vault.cipherdir]), "add")
+        let original = scratch.path + "/original.cipher"
+        assertOK(Harness.sh("cp -a '\(vault.cipherdir)' '\(original)'"), "copy")
+        for (call, n) in [("renameat2", 1), ("pwrite64", 1), ("fsync", 1), ("pwrite64", 2), ("fsync", 2), ("unlinkat", 1)] {
+            assertOK(Harness.sh("rm -rf '\(vault.cipherdir)' && cp -a '\(original)' '\(vault.cipherdir)'"), "restore")
+            let cut = Harness.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=\(call)", "-e", "inject=\(call):error=EIO:signal=KILL:when=\(n)",
+                                   Harness.coffer, "keyslot", "remove", "--passfile", vault.passfile, "--slot", "other", vault.cipherdir])
+            XCTAssertTrue([SIGKILL, 128 + SIGKILL].contains(cut.status), "\(call) \(n): not killed: \(cut.status) \(cut.stderr)")
+            let fsck = vault.fsck()
+            XCTAssertEqual(fsck.status, 0, "\(call) \(n): " + fsck.stdout + fsck.stderr)
+            let slotLeft = slotFiles(vault.cipherdir).contains { !$0.hasPrefix(".") }
+            let opens = Harness.run([Harness.coffer, "fsck", "--passfile", other, vault.cipherdir]).status == 0
+            XCTAssertEqual(slotLeft, opens, "\(call) \(n): a slot file is there: \(slotLeft), its passphrase opens: \(opens)")
+            if slotFiles(vault.cipherdir).contains(where: { $0.hasPrefix(".") }) {
+                XCTAssertTrue(fsck.stdout.contains("a slot whose removal was interrupted"), "\(call) \(n): \(fsck.stdout)")
+            }
+            let list = coffer(["keyslot", "list", vault.cipherdir])
+            XCTAssertEqual(list.status, 0, "\(call) \(n): " + list.stderr)
+            XCTAssertFalse(list.stderr.contains("not a slot"), "\(call) \(n): " + list.stderr)
+            assertOK(coffer(["keyslot", "add", "--label", "third", "--passfile", vault.passfile, "--new-passfile", third, vault.cipherdir]), "add")
+            assertOK(coffer(["keyslot", "remove", "--passfile", vault.passfile, "--slot", "third", vault.cipherdir]), "remove")
+            XCTAssertEqual(slotFiles(vault.cipherdir).filter { $0.hasPrefix(".") }, [], "\(call) \(n): the next removal left a leftover")
+        }
+    }
+
     /// A copy of `record` (a slot file's JSON) with Argon2id costs `ops` passes and `mib`
     /// MiB, and the id `id`, planted in coffer.slots as `name` (it can open nothing: its
     /// costs and id are bound by its AD).
