@@ -367,12 +367,12 @@ public final class VaultChecker {
         domain = domain(of: dir)
         // A class change between key domains that a crash cut (format 8): its names and
         // its own xattrs are in both domains until a mount finishes it.
-        let record = afterFirstUnlock.flatMap { afterFirstUnlock in
+        let classRecord = afterFirstUnlock.flatMap { afterFirstUnlock in
             (try? DirectoryIV.read(in: dir, bound: bindsDirectories)).flatMap {
                 try? ProtectionClass.readRecord(in: dir, dirIV: $0.iv, box: vaultKeys.metadata, afterFirstUnlock: afterFirstUnlock.keys.metadata)
             }
         }
-        if case .converting? = record, let afterFirstUnlock {
+        if case .converting? = classRecord, let afterFirstUnlock {
             checkXattrs(Sys.procPath(dir), path: path, in: [vaultCodecs, afterFirstUnlock.codecs])
         } else {
             checkXattrs(Sys.procPath(dir), path: path)
@@ -410,7 +410,7 @@ public final class VaultChecker {
             }
             return checkDirectory(dir, path: path, places: places)
         }
-        if case .converting(let from, let to)? = record {
+        if case .converting(let from, let to)? = classRecord {
             summary.classed += 1
             var line = VaultProblem(path: path.isEmpty ? "/" : path, backingName: nil,
                                     what: "protection class changing from \(from.name) to \(to.name), cut by a crash (or arriving from "
