@@ -116,7 +116,7 @@ public final class Gate: Sendable {
                 let (failures, retryAfter) = recordFailure()
                 logger.warning("unlock refused: malformed recovery key (uid \(peer), failed attempt \(failures))")
                 return .failure(ControlError.wrongRecoveryKey, CryptoError.malformedRecoveryKey.description, retryAfter: retryAfter)
-            } catch VaultError.notAVault {
+            } catch VaultError.notAVault, VaultError.interruptedInit {
                 state.withLock { $0.wiped = true }
                 return .failure(ControlError.wiped, "the vault's config is gone (wiped?); it cannot be unlocked")
             } catch let error as VaultError {

@@ -56,10 +56,24 @@ public final class Vault: Sendable {
         return Vault(path: path, root: root, config: config)
     }
 
-    /// Throws unless `path` is an empty directory in which a vault can be created.
+    /// Throws unless `path` is an empty directory in which a vault can be created, or one
+    /// holding only what an interrupted `init` left (`leftByInterruptedInit`).
     public static func checkCreatable(at path: String) throws {
         let root = try openDirectory(path)
-        guard try Sys.listDirectory(root.rawValue).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+        let entries = try Sys.listDirectory(root.rawValue)
+        guard entries.isEmpty || leftByInterruptedInit(entries, in: root.rawValue) else { throw VaultError.directoryNotEmpty(path: path) }
+    }
+
+    /// Whether `entries` of directory `root` are what an `init` a crash or a kill cut
+    /// leaves: the root's IV file, the config's temp files, no config — so no key of it
+    /// was ever given out, and nothing was stored under it. Each a regular file no larger
+    /// than a config.
+    static func leftByInterruptedInit(_ entries: [String], in root: Int32) -> Bool {
+        let temp = AtomicFile.tempPrefix(of: VaultConfig.fileName)
+        return !entries.isEmpty && entries.allSatisfy { name in
+            guard name == DirectoryIV.fileName || name.hasPrefix(temp), let st = try? Sys.stat(name, in: root) else { return false }
+            return st.st_mode & S_IFMT == S_IFREG && st.st_size <= 64 << 10
+        }
     }
 
     /// Creates a vault in the empty directory `path`: a new master key wrapped under
@@ -73,12 +87,14 @@ public final class Vault: Sendable {
         precondition(format >= VaultConfig.minimumFormat(for: cipher), "format \(format) has no \(cipher.rawValue)")
         guard cipher.isAvailable else { throw VaultError.cipherUnavailable(cipher.rawValue) }
         let root = try openDirectory(path)
-        guard try Sys.listDirectory(root.rawValue).isEmpty else { throw VaultError.directoryNotEmpty(path: path) }
+        let entries = try Sys.listDirectory(root.rawValue)
+        guard entries.isEmpty || leftByInterruptedInit(entries, in: root.rawValue) else { throw VaultError.directoryNotEmpty(path: path) }
         guard kdf.isAcceptable else {
             throw VaultError.kdfParametersRefused(opsLimit: kdf.opsLimit, memLimit: kdf.memLimit)
         }
         let (config, master, recoveryKey) = try newConfig(format: format, cipher: cipher, kdf: kdf, passphrase: passphrase)
         defer { master.wipe() }
+        for name in entries { try Sys.unlink(name, in: root.rawValue) }  // an interrupted init's
         if config.bindsDirectories {
             let placeKey = master.subkey(.place)
             defer { placeKey.wipe() }

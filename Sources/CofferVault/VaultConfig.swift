@@ -146,6 +146,9 @@ public struct VaultConfig: Codable, Equatable, Sendable {
         do {
             bytes = try Sys.readFile(fileName, in: dir, limit: 64 << 10)
         } catch let error as Errno where error.code == ENOENT {
+            if fileName == Self.fileName, let entries = try? Sys.listDirectory(dir), Vault.leftByInterruptedInit(entries, in: dir) {
+                throw VaultError.interruptedInit(path: path)
+            }
             throw VaultError.notAVault(path: path)
         } catch let error as Errno where error.code == EINVAL {
             throw VaultError.configMalformed(reason: "\(fileName) is not a regular file")

@@ -12,6 +12,8 @@ public enum TooLongItem: String, Sendable {
 public enum VaultError: Error, Equatable, CustomStringConvertible {
     /// The directory has no coffer.conf.
     case notAVault(path: String)
+    /// No config, and only what an interrupted `init` leaves (`init` may be run again).
+    case interruptedInit(path: String)
     /// A reverse view's directory without its config (docs/FORMAT.md §14).
     case notAReverseSource(path: String)
     /// `init --reverse` of a directory that has a view's config already.
@@ -94,6 +96,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notAVault(let path): return "\(path) is not a coffer vault (no \(VaultConfig.fileName))"
+        case .interruptedInit(let path):
+            return "\(path) is not a coffer vault: a coffer init there was cut short (no \(VaultConfig.fileName)); run coffer init again"
         case .notAReverseSource(let path):
             return "\(path) has no reverse view's config (\(ReverseFormat.configName)): make one with coffer init --reverse \(path)"
         case .reverseConfigExists(let path):

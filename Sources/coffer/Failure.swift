@@ -21,7 +21,7 @@ func classify(_ error: Error) -> (ExitStatus, String) {
     case let error as VaultError:
         let status: ExitStatus
         switch error {
-        case .notAVault, .notAReverseSource: status = .notAVault
+        case .notAVault, .interruptedInit, .notAReverseSource: status = .notAVault
         case .alreadyMounted: status = .alreadyMounted
         case .notADirectory, .pathTooLong: status = .notADirectory
         case .journalDamaged: status = .stateDirectoryUnusable

@@ -54,6 +54,38 @@ final class InitCommandTests: EndToEndCase {
         }
     }
 
+    /// `coffer init` killed at each step (strace kills it as it makes its Nth call of a
+    /// kind: the IV file's or the config's write, a fsync, the rename): what it left
+    /// mounts with one clear message (status 12), and `init` run again makes the vault,
+    /// which mounts and works. A directory holding anything else is still not empty.
+    func testAnInitCutShortIsMadeAgain() {
+        let passfile = scratch.file("p", "pass\n")
+        var cutShort = 0
+        for (call, n) in [("pwrite64", 1), ("pwrite64", 2), ("fsync", 1), ("fsync", 2), ("renameat2", 1), ("rename", 1)] {
+            let dir = scratch.mkdir("cut-\(call)-\(n)"), mountpoint = scratch.mkdir("cut-\(call)-\(n).plain")
+            let cut = Harness.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=\(call)", "-e", "inject=\(call):error=EIO:signal=KILL:when=\(n)",
+                                   Harness.coffer, "init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, dir])
+            guard cut.status != 0 else { continue }  // this step is not one init makes
+            let left = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            if !left.contains("coffer.conf") {
+                cutShort += left.isEmpty ? 0 : 1
+                let mount = coffer(["mount", "--passfile", passfile, dir, mountpoint])
+                XCTAssertEqual(mount.status, 12, "\(call) \(n): \(mount.stderr)")
+                XCTAssertTrue(mount.stderr.contains("a coffer init there was cut short") || left.isEmpty, "\(call) \(n): \(left) \(mount.stderr)")
+                assertOK(coffer(["init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, dir]), "\(call) \(n): init again")
+            }
+            assertOK(coffer(["mount", "--passfile", passfile, dir, mountpoint]), "\(call) \(n): mount")
+            assertOK(Harness.sh("echo x > '\(mountpoint)/f' && cat '\(mountpoint)/f' > /dev/null"), "\(call) \(n): use")
+            assertOK(coffer(["unmount", mountpoint]), "unmount")
+        }
+        XCTAssertGreaterThan(cutShort, 0, "no kill left an init's files without its config")
+        let other = scratch.mkdir("other")
+        _ = scratch.file("other/coffer.diriv", "x")
+        _ = scratch.file("other/notes", "mine")
+        let refused = coffer(["init", "--passfile", passfile, other])
+        XCTAssertEqual(refused.status, 11, refused.stderr)
+    }
+
     func testDamagedConfigIsReported() throws {
         let (dir, outcome) = initVault()
         XCTAssertEqual(outcome.status, 0)
