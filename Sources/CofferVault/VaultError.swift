@@ -97,7 +97,8 @@ public enum VaultError: Error, Equatable, CustomStringConvertible {
         switch self {
         case .notAVault(let path): return "\(path) is not a coffer vault (no \(VaultConfig.fileName))"
         case .interruptedInit(let path):
-            return "\(path) is not a coffer vault: a coffer init there was cut short (no \(VaultConfig.fileName)); run coffer init again"
+            return "\(path) is not a coffer vault (no \(VaultConfig.fileName)): it holds what an init cut short leaves (or a wipe "
+                + "of an empty vault); coffer init makes a vault there"
         case .notAReverseSource(let path):
             return "\(path) has no reverse view's config (\(ReverseFormat.configName)): make one with coffer init --reverse \(path)"
         case .reverseConfigExists(let path):

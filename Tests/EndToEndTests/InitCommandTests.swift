@@ -71,7 +71,7 @@ final class InitCommandTests: EndToEndCase {
                 cutShort += left.isEmpty ? 0 : 1
                 let mount = coffer(["mount", "--passfile", passfile, dir, mountpoint])
                 XCTAssertEqual(mount.status, 12, "\(call) \(n): \(mount.stderr)")
-                XCTAssertTrue(mount.stderr.contains("a coffer init there was cut short") || left.isEmpty, "\(call) \(n): \(left) \(mount.stderr)")
+                XCTAssertTrue(mount.stderr.contains("what an init cut short leaves") || left.isEmpty, "\(call) \(n): \(left) \(mount.stderr)")
                 assertOK(coffer(["init", "--kdf-ops", "2", "--kdf-memory", "64", "--passfile", passfile, dir]), "\(call) \(n): init again")
             }
             assertOK(coffer(["mount", "--passfile", passfile, dir, mountpoint]), "\(call) \(n): mount")
