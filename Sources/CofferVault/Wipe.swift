@@ -77,18 +77,31 @@ extension Vault {
 
     /// The wipe of directory `dir` (a descriptor of it), also where its config cannot be
     /// read (damaged, or replaced by something else): every regular file under a name
-    /// that can hold key slots is destroyed, whatever else is there. Throws only when the
-    /// directory cannot be listed or synced.
+    /// that can hold key slots is destroyed, whatever else is there. The config goes
+    /// last: a wipe cut short leaves a vault that a wipe run again finishes, never a
+    /// slot file without a config. Throws only when the directory cannot be listed or
+    /// synced.
     public static func destroyKeySlots(in dir: Int32, includingConfig: Bool) throws -> KeySlotReport {
-        let prefix = AtomicFile.tempPrefix(of: VaultConfig.fileName)
-        let copies = try Sys.listDirectory(dir).filter { $0.hasPrefix(prefix) || VaultConfig.isConflictCopy($0) }.sorted()
         var report = KeySlotReport()
-        for name in copies + (includingConfig ? [VaultConfig.fileName] : []) {
+        if includingConfig { destroySlotDirectory(in: dir, into: &report) }
+        for name in try Sys.listDirectory(dir).filter(holdsConfigCopy).sorted() + (includingConfig ? [VaultConfig.fileName] : []) {
             destroy(name, in: dir, into: &report)
         }
-        if includingConfig { destroySlotDirectory(in: dir, into: &report) }
         try AtomicFile.syncDirectory(dir)
         return report
+    }
+
+    /// Whether `name` in a vault's directory is a copy of its config: a temp file of a
+    /// config write, or a sync engine's conflict copy.
+    static func holdsConfigCopy(_ name: String) -> Bool {
+        name.hasPrefix(AtomicFile.tempPrefix(of: VaultConfig.fileName)) || VaultConfig.isConflictCopy(name)
+    }
+
+    /// Whether directory `dir` holds anything a wipe destroys: a config, a copy of one,
+    /// or coffer.slots.
+    public static func holdsKeySlots(_ dir: Int32) -> Bool {
+        let entries = (try? Sys.listDirectory(dir)) ?? []
+        return entries.contains { $0 == VaultConfig.fileName || $0 == SlotFile.directory || holdsConfigCopy($0) }
     }
 
     /// Destroys every regular file in coffer.slots (slot files, their conflict copies, the

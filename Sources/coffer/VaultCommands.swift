@@ -242,11 +242,19 @@ struct WipeCommand: ParsableCommand {
 
     /// The vault's directory, opened as a vault (its config read and checked) or, where
     /// only its config is wrong, as a directory, with a line that says so.
+    /// With no config, a directory that still holds copies of it or slot files (a wipe
+    /// cut short by an older coffer, which destroyed the config first) is wiped too.
     private func openVaultDirectory() throws -> FileDescriptor {
         do {
             return try Vault.open(at: cipherdir).root.reopenDirectory(flags: O_RDONLY)
         } catch let error as VaultError where Self.isConfigProblem(error) {
             FileHandleStandardError.write("coffer: wipe: \(error); destroying whatever holds key slots all the same\n")
+        } catch let error as VaultError {
+            switch error { case .notAVault, .interruptedInit: break; default: throw error }
+            guard let dir = try? FileDescriptor.open(cipherdir, flags: O_RDONLY | O_DIRECTORY), Vault.holdsKeySlots(dir.rawValue) else {
+                throw error
+            }
+            FileHandleStandardError.write("coffer: wipe: \(error), but key slots are left (a wipe cut short?); destroying them\n")
         }
         return try FileDescriptor.open(cipherdir, flags: O_RDONLY | O_DIRECTORY)
     }

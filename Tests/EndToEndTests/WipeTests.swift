@@ -225,6 +225,36 @@ final class WipeTests: EndToEndCase {
         if vault.isMounted { vault.unmount() }
     }
 
+    /// A wipe killed at each step (strace kills it as it makes its Nth call of a kind: an
+    /// overwrite's write, a fsync, an unlink): `wipe` run again finishes it (exit 0), and
+    /// then no copy of a key slot is left and neither passphrase opens anything. The
+    /// config goes last; where an older coffer's cut wipe left slot files without it,
+    /// a wipe destroys them too (it refused: "not a coffer vault").
+    func testAWipeCutShortIsFinishedByTheNextOne() {
+        let vault = MountedVault(scratch: scratch)
+        let other = scratch.file("other.pass", "other words\n")
+        assertOK(coffer(["keyslot", "add", "--label", "other", "--passfile", vault.passfile, "--new-passfile", other, vault.cipherdir]), "add")
+        let original = scratch.path + "/original.cipher"
+        assertOK(Harness.sh("cp -a '\(vault.cipherdir)' '\(original)'"), "copy")
+        for (call, n) in [("pwrite64", 1), ("pwrite64", 3), ("fsync", 2), ("fsync", 5), ("unlinkat", 1), ("unlinkat", 3), ("legacy", 0)] {
+            assertOK(Harness.sh("rm -rf '\(vault.cipherdir)' && cp -a '\(original)' '\(vault.cipherdir)'"), "restore")
+            if call == "legacy" {
+                assertOK(Harness.sh("rm '\(vault.cipherdir)/coffer.conf'"), "the config gone, its slot file left")
+            } else {
+                let cut = Harness.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=\(call)", "-e",
+                                       "inject=\(call):error=EIO:signal=KILL:when=\(n)", Harness.coffer, "wipe", "--yes", vault.cipherdir])
+                XCTAssertTrue([SIGKILL, 128 + SIGKILL].contains(cut.status), "\(call) \(n): not killed: \(cut.status) \(cut.stderr)")
+            }
+            let again = coffer(["wipe", "--yes", vault.cipherdir], timeout: 30)
+            XCTAssertEqual(again.status, 0, "\(call) \(n): \(again.stderr)")
+            let left = Harness.sh("cd '\(vault.cipherdir)' && ls -A . && ls -A coffer.slots 2>/dev/null || true").stdout
+            XCTAssertEqual(left, "coffer.diriv\n", "\(call) \(n): left after the second wipe")
+            for passfile in [vault.passfile, other] {
+                XCTAssertEqual(coffer(["fsck", "--passfile", passfile, vault.cipherdir]).status, 12, "\(call) \(n): a passphrase still opens")
+            }
+        }
+    }
+
     /// passwd meets the same planted entries, and directories planted under every temp
     /// name its next process IDs would give: it succeeds, reports the odd entries, leaves
     /// them alone, and the new passphrase opens the vault.
