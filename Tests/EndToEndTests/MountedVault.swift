@@ -84,9 +84,12 @@ final class MountedVault {
         guard let pid = daemonPID else { return false }
         sh("""
             strace -f -qq -o /dev/null -e trace=\(point.call) -e inject=\(point.call):error=EIO:signal=KILL:when=\(point.n) -p \(pid) & s=$!
-            until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done); do sleep 0.02; done
-            \(script) > /dev/null 2>&1
-            sleep 0.3; kill -INT $s 2>/dev/null; wait $s
+            i=0  # until strace has every thread (up to 10 s)
+            until (for t in /proc/\(pid)/task/*/status; do grep -q "^TracerPid:[[:space:]]$s$" "$t" || exit 1; done) || [ $((i += 1)) -gt 500 ]; do
+                sleep 0.02
+            done
+            \(script) > /dev/null 2>&1 || true
+            sleep 0.3; kill -INT $s 2>/dev/null || true; wait $s || true
             """)
         let state = KernelFiles.text("/proc/\(pid)/stat") ?? ""
         killDaemon(pid: pid)
