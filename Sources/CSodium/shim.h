@@ -1,4 +1,4 @@
-// The libsodium headers, for Swift, and two helpers Swift cannot write.
+// The libsodium headers, for Swift, and one helper Swift cannot write.
 #include <sodium.h>
 
 /// Zeroes the 4 KiB of stack below the caller, where the frames of the libsodium calls
@@ -9,12 +9,4 @@
 __attribute__((noinline)) static void coffer_scrub_stack(void) {
     unsigned char below[4096];
     sodium_memzero(below, sizeof below);
-}
-
-/// The same for `bytes` bytes of stack (a variable-length array: its frame is that deep),
-/// for calls whose frames lie deeper: ContentCipher's block calls (libsodium's
-/// AES-256-GCM open leaves the file key in them).
-__attribute__((noinline)) static void coffer_scrub_stack_bytes(size_t bytes) {
-    unsigned char below[bytes];
-    sodium_memzero(below, bytes);
 }

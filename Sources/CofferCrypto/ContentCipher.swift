@@ -230,9 +230,6 @@ public struct ContentCipher: Sendable {
                 // which throws too if the lock retired this cipher's key.
             }
         }
-        // libsodium's AES-256-GCM leaves the file key in the dead frames of an open with
-        // a key prepared here (StackResidueTests): zeroed below this frame on the way out.
-        defer { coffer_scrub_stack_bytes(Self.scrubbedStack) }
         return try key.lend { contentKey in
             try withUnsafeTemporaryAllocation(byteCount: kind.preparedSize, alignment: 16) { scratch in
                 defer { sodium_memzero(scratch.baseAddress!, scratch.count) }
@@ -242,10 +239,6 @@ public struct ContentCipher: Sendable {
             }
         }
     }
-
-    /// Bytes of stack zeroed below a call that used a file key: 8 KiB reach the frames
-    /// of a debug build's calls; twice that for margin (about 0.4 µs).
-    static let scrubbedStack = 16384
 
     /// Fills `prepared` (sodium memory) with the key of `fileID` in form `kind`.
     private func prepare(_ prepared: SecureBytes, fileID: FileID, kind: BlockKey.Kind) throws {
@@ -352,7 +345,6 @@ public struct ContentCipher: Sendable {
                 sealRun(UnsafeRawBufferPointer(rebasing: plaintext[plainRange]), firstBlock: firstBlock + UInt64(first), fileID: fileID,
                         into: UnsafeMutableRawBufferPointer(rebasing: ciphertext[cipherStart..<cipherEnd]),
                         key: key)
-                coffer_scrub_stack_bytes(Self.scrubbedStack)  // a worker's stack, as withBlockKey does its caller's
             }
         }
     }
@@ -389,7 +381,6 @@ public struct ContentCipher: Sendable {
                 } catch {
                     failures[part] = error as? CryptoError ?? .blockAuthenticationFailed(blockIndex: firstBlock + UInt64(first))
                 }
-                coffer_scrub_stack_bytes(Self.scrubbedStack)  // a worker's stack, as withBlockKey does its caller's
             }
         }
         if let failure = failures.first(where: { $0 != nil }) { throw failure! }
